@@ -1,0 +1,35 @@
+# The two commands: `make demo` and `make test`. Each creates or reuses .venv and installs
+# what it needs; a second run finds the install stamp and skips installing in seconds.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+# The stamp is keyed on pyproject.toml's content: edit the dependencies and it reinstalls.
+STAMP := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-16)
+export FIFTYONE_DO_NOT_TRACK := true
+export HF_HUB_OFFLINE := 1
+export HF_DATASETS_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: demo test test-fast install clean-demo
+
+$(STAMP):
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[all,test]"
+	@rm -f $(VENV)/.installed-* && touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/curate demo --workdir demo-output
+
+test: $(STAMP)
+	$(PY) -m pytest -q -p no:cacheprovider tests
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not slow" tests
+
+clean-demo:
+	rm -rf demo-output

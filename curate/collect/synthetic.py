@@ -1,0 +1,324 @@
+"""The synthetic world: procedurally drawn animals on procedural backgrounds, exact masks.
+
+It reproduces the paper's own confirmatory setting (papers/003 §4 and App. D: ColoredCOCO /
+MultiColoredMNIST): each class is drawn on its *common* background with probability ``p``
+and on one of the other backgrounds (uniformly) otherwise. With ``p`` well above ``1/B`` a
+model trained on the world can learn the background as a shortcut; with ``p = 1/B`` the
+background carries no information about the class.
+
+Design choices that make the shortcut learnable but not trivial:
+- the class is carried only by the object's *shape* (one silhouette per class); its colour
+  and fill pattern are drawn from a palette shared by all classes, so colour is no cue;
+- the background is a texture with a strong global colour and pattern, an easier feature
+  than shape, which is what makes a CLIP trained with ``p = 0.9`` lean on it.
+
+The mask is exact by construction: the image is composed as ``bg * (1 - m) + obj * m`` from
+the binary mask ``m`` at the output resolution, so the object's pixels are exactly the mask's.
+
+Classes are named after real ImageNet-1K animals (the label space is real), backgrounds after
+the paper's vocabulary (§2.1). Everything is deterministic for a seed: sample ``i`` of a world
+draws from ``numpy.random.default_rng([seed, i])``, so counts can change without reshuffling
+the others, and generation can be split across processes.
+"""
+from __future__ import annotations
+
+import io
+import logging
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Sequence
+
+import numpy as np
+from PIL import Image, ImageDraw
+
+logger = logging.getLogger(__name__)
+
+# ---------------------------------------------------------------------------------------------
+# Classes: ImageNet-1K animals (index, name) with a silhouette each, and the background the
+# CounterAnimal paper found "easy" for them (Table 5), used as the common background.
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SyntheticClass:
+    """One class of the world: an ImageNet-1K index, its silhouette and common background."""
+
+    imagenet_index: int
+    name: str
+    shape: str
+    common_background: str
+
+
+DEFAULT_CLASSES: tuple[SyntheticClass, ...] = (
+    SyntheticClass(296, "ice bear", "circle", "snow"),
+    SyntheticClass(100, "black swan", "triangle", "water"),
+    SyntheticClass(23, "vulture", "star", "sky"),
+    SyntheticClass(291, "lion", "square", "grass"),
+    SyntheticClass(76, "tarantula", "cross", "sand"),
+    SyntheticClass(42, "agama", "crescent", "rock"),
+    SyntheticClass(305, "dung beetle", "hexagon", "earth"),
+    SyntheticClass(316, "cicada", "arrow", "tree"),
+    SyntheticClass(130, "flamingo", "heart", "indoor"),
+    SyntheticClass(357, "mink", "ring", "road"),
+)
+
+BACKGROUNDS: tuple[str, ...] = ("snow", "water", "sky", "grass", "sand", "rock", "earth", "tree", "indoor", "road")
+
+
+# ---------------------------------------------------------------------------------------------
+# Shapes: polygons in unit coordinates (centred at 0, radius ~1), rotated/scaled per sample.
+# ---------------------------------------------------------------------------------------------
+
+
+def _regular(n: int, phase: float = 0.0) -> np.ndarray:
+    t = np.linspace(0, 2 * math.pi, n, endpoint=False) + phase
+    return np.stack([np.cos(t), np.sin(t)], axis=1)
+
+
+def _star(points: int = 5, inner: float = 0.45) -> np.ndarray:
+    t = np.linspace(0, 2 * math.pi, 2 * points, endpoint=False) - math.pi / 2
+    r = np.where(np.arange(2 * points) % 2 == 0, 1.0, inner)
+    return np.stack([r * np.cos(t), r * np.sin(t)], axis=1)
+
+
+def _heart() -> np.ndarray:
+    t = np.linspace(0, 2 * math.pi, 40, endpoint=False)
+    x = 16 * np.sin(t) ** 3
+    y = -(13 * np.cos(t) - 5 * np.cos(2 * t) - 2 * np.cos(3 * t) - np.cos(4 * t))
+    pts = np.stack([x, y], axis=1) / 17.0
+    return pts - pts.mean(axis=0)
+
+
+SHAPES: dict[str, Callable[[], np.ndarray]] = {
+    "circle": lambda: _regular(40),
+    "triangle": lambda: _regular(3, -math.pi / 2),
+    "square": lambda: _regular(4, math.pi / 4),
+    "hexagon": lambda: _regular(6),
+    "star": _star,
+    "cross": lambda: np.array(
+        [[-0.3, -1], [0.3, -1], [0.3, -0.3], [1, -0.3], [1, 0.3], [0.3, 0.3], [0.3, 1], [-0.3, 1],
+         [-0.3, 0.3], [-1, 0.3], [-1, -0.3], [-0.3, -0.3]], dtype=float
+    ),
+    "crescent": lambda: _regular(40),  # the bite is cut in _draw_mask
+    "arrow": lambda: np.array(
+        [[-1, -0.3], [0.2, -0.3], [0.2, -0.8], [1, 0], [0.2, 0.8], [0.2, 0.3], [-1, 0.3]], dtype=float
+    ),
+    "heart": _heart,
+    "ring": lambda: _regular(40),  # the hole is cut in _draw_mask
+}
+
+# Object colours shared by all classes (so colour never identifies the class).
+OBJECT_PALETTE = np.array(
+    [[200, 60, 50], [230, 160, 40], [120, 70, 160], [60, 60, 60], [240, 240, 240], [150, 100, 60],
+     [50, 120, 200], [220, 100, 170]], dtype=np.float32
+)
+
+
+def _draw_mask(shape: str, size: int, rng: np.random.Generator) -> np.ndarray:
+    """Binary (size x size) mask of one randomly placed, rotated and scaled silhouette."""
+    pts = SHAPES[shape]()
+    angle = rng.uniform(-0.35, 0.35)  # bounded rotation: silhouettes stay recognisable at 48 px
+    rot = np.array([[math.cos(angle), -math.sin(angle)], [math.sin(angle), math.cos(angle)]])
+    radius = rng.uniform(0.28, 0.38) * size
+    centre = size / 2 + rng.uniform(-0.12, 0.12, size=2) * size
+    xy = pts @ rot.T * radius + centre
+    canvas = Image.new("L", (size, size), 0)
+    draw = ImageDraw.Draw(canvas)
+    draw.polygon([tuple(p) for p in xy], fill=1)
+    if shape == "ring":
+        hole = _regular(40) @ rot.T * radius * 0.5 + centre
+        draw.polygon([tuple(p) for p in hole], fill=0)
+    elif shape == "crescent":
+        bite = (_regular(40) * 0.8 + np.array([0.55, 0.0])) @ rot.T * radius + centre
+        draw.polygon([tuple(p) for p in bite], fill=0)
+    return np.asarray(canvas, dtype=np.uint8)
+
+
+def _object_texture(size: int, rng: np.random.Generator) -> np.ndarray:
+    """An object fill: a palette colour with random stripes or dots (shared by all classes)."""
+    base = OBJECT_PALETTE[rng.integers(len(OBJECT_PALETTE))]
+    second = OBJECT_PALETTE[rng.integers(len(OBJECT_PALETTE))]
+    yy, xx = np.mgrid[0:size, 0:size].astype(np.float32)
+    kind = rng.integers(3)
+    if kind == 0:
+        weight = np.zeros((size, size), np.float32)
+    elif kind == 1:
+        freq, ang = rng.uniform(0.3, 0.8), rng.uniform(0, math.pi)
+        weight = (np.sin(freq * (xx * math.cos(ang) + yy * math.sin(ang))) > 0.3).astype(np.float32)
+    else:
+        weight = (np.sin(0.7 * xx) * np.sin(0.7 * yy) > 0.5).astype(np.float32)
+    img = base[None, None, :] * (1 - weight[..., None] * 0.6) + second[None, None, :] * (weight[..., None] * 0.6)
+    return img + rng.normal(0, 6, size=(size, size, 3)).astype(np.float32)
+
+
+# ---------------------------------------------------------------------------------------------
+# Backgrounds: procedural textures, each with a strong colour and a pattern of its own.
+# ---------------------------------------------------------------------------------------------
+
+
+def _smooth_noise(size: int, rng: np.random.Generator, cells: int) -> np.ndarray:
+    """Value noise in [0, 1]: a coarse random grid upsampled bilinearly."""
+    grid = rng.random((cells + 1, cells + 1)).astype(np.float32)
+    img = Image.fromarray((grid * 255).astype(np.uint8)).resize((size, size), Image.BILINEAR)
+    return np.asarray(img, dtype=np.float32) / 255.0
+
+
+def _bg(size: int, rng: np.random.Generator, kind: str) -> np.ndarray:
+    yy, xx = np.mgrid[0:size, 0:size].astype(np.float32) / size
+    n1 = _smooth_noise(size, rng, 4)
+    n2 = _smooth_noise(size, rng, 12)
+    fine = rng.random((size, size)).astype(np.float32)
+
+    def mix(c1: Sequence[float], c2: Sequence[float], w: np.ndarray) -> np.ndarray:
+        a, b = np.asarray(c1, np.float32), np.asarray(c2, np.float32)
+        return a * (1 - w[..., None]) + b * w[..., None]
+
+    if kind == "grass":
+        blades = (np.sin(xx * size * rng.uniform(1.6, 2.4) + n2 * 6) > 0.2).astype(np.float32)
+        img = mix([40, 110, 30], [110, 180, 60], 0.5 * blades + 0.5 * n2)
+    elif kind == "water":
+        waves = 0.5 + 0.5 * np.sin(yy * size * rng.uniform(0.5, 0.8) + n1 * 5)
+        img = mix([20, 60, 140], [80, 150, 210], 0.7 * waves + 0.3 * n2)
+    elif kind == "snow":
+        img = mix([215, 220, 235], [250, 250, 255], n1) - 25 * (fine > 0.92)[..., None]
+    elif kind == "sand":
+        ripples = 0.5 + 0.5 * np.sin((yy + 0.3 * xx) * size * 0.9 + n1 * 3)
+        img = mix([190, 160, 110], [235, 210, 160], 0.4 * ripples + 0.6 * fine)
+    elif kind == "sky":
+        img = mix([90, 150, 230], [180, 215, 250], yy)
+        clouds = np.clip((n1 - 0.55) * 4, 0, 1)
+        img = img * (1 - clouds[..., None]) + 250 * clouds[..., None]
+    elif kind == "rock":
+        cells = (n2 > 0.5).astype(np.float32)
+        img = mix([90, 90, 95], [160, 158, 150], 0.6 * cells + 0.4 * fine)
+    elif kind == "earth":
+        img = mix([90, 60, 35], [150, 105, 65], 0.5 * n1 + 0.5 * fine)
+    elif kind == "tree":
+        trunks = (np.sin(xx * size * 0.35 + n1 * 2) > 0.75).astype(np.float32)
+        leaves = mix([20, 70, 25], [60, 120, 40], n2)
+        img = leaves * (1 - trunks[..., None]) + np.asarray([95, 65, 40], np.float32) * trunks[..., None]
+    elif kind == "indoor":
+        planks = (np.mod(yy * size, size / 5.0) < 1.0).astype(np.float32)
+        img = mix([200, 170, 130], [170, 130, 90], 0.7 * planks + 0.3 * n2)
+    elif kind == "road":
+        line = (np.abs(xx - 0.5 - 0.05 * (n1 - 0.5)) < 0.025).astype(np.float32)
+        img = mix([55, 55, 60], [85, 85, 90], fine) * (1 - line[..., None]) + np.asarray([230, 200, 40], np.float32) * line[..., None]
+    else:
+        raise ValueError(f"no texture for background {kind!r}; known: {', '.join(BACKGROUNDS)}")
+    return img.astype(np.float32)
+
+
+# ---------------------------------------------------------------------------------------------
+# The world
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WorldSpec:
+    """Parameters of a synthetic world.
+
+    Attributes:
+        classes: the classes (default: the first ``num_classes`` of :data:`DEFAULT_CLASSES`).
+        backgrounds: the background vocabulary drawn from (default: the classes' common
+            backgrounds, so every class has its own).
+        p: probability that a sample of class c shows c's common background; otherwise one
+            of the other backgrounds uniformly. ``p = 1/len(backgrounds)`` is uncorrelated.
+        per_class: images per class.
+        image_size: side in pixels (square).
+        seed: makes the world deterministic.
+    """
+
+    classes: tuple[SyntheticClass, ...] = DEFAULT_CLASSES[:6]
+    backgrounds: tuple[str, ...] = ()
+    p: float = 0.9
+    per_class: int = 100
+    image_size: int = 48
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.backgrounds:
+            object.__setattr__(self, "backgrounds", tuple(dict.fromkeys(c.common_background for c in self.classes)))
+        if not 0.0 <= self.p <= 1.0:
+            raise ValueError(f"p must be in [0, 1], got {self.p}")
+        if self.per_class < 1 or self.image_size < 16:
+            raise ValueError("per_class must be >= 1 and image_size >= 16")
+        if len({c.shape for c in self.classes}) != len(self.classes):
+            raise ValueError("each class needs its own shape")
+        unknown = [b for b in self.backgrounds if b not in BACKGROUNDS]
+        if unknown:
+            raise ValueError(f"unknown synthetic backgrounds {unknown}; known: {', '.join(BACKGROUNDS)}")
+        for c in self.classes:
+            if c.common_background not in self.backgrounds:
+                raise ValueError(f"class {c.name!r}: common background {c.common_background!r} is not in the world's backgrounds")
+        if len(self.backgrounds) < 2 and self.p < 1.0:
+            raise ValueError("a world with p < 1 needs at least two backgrounds")
+
+    @property
+    def uncorrelated_p(self) -> float:
+        return 1.0 / len(self.backgrounds)
+
+    def to_dict(self) -> dict:
+        return {
+            "classes": [{"index": c.imagenet_index, "name": c.name, "shape": c.shape, "common_background": c.common_background} for c in self.classes],
+            "backgrounds": list(self.backgrounds),
+            "p": self.p,
+            "per_class": self.per_class,
+            "image_size": self.image_size,
+            "seed": self.seed,
+        }
+
+
+@dataclass
+class SyntheticSample:
+    """One generated image with its exact mask and ground truth."""
+
+    index: int
+    image: np.ndarray  # (H, W, 3) uint8
+    mask: np.ndarray  # (H, W) uint8 in {0, 1}
+    cls: SyntheticClass
+    background: str
+    aligned: bool  # background == the class's common background
+    extra: dict = field(default_factory=dict)
+
+
+def classes_by_name(names: Sequence[str]) -> tuple[SyntheticClass, ...]:
+    """Pick classes of :data:`DEFAULT_CLASSES` by name or ImageNet index (clear error otherwise)."""
+    table = {c.name: c for c in DEFAULT_CLASSES} | {str(c.imagenet_index): c for c in DEFAULT_CLASSES}
+    picked = []
+    for name in names:
+        key = name.strip()
+        if key not in table:
+            known = ", ".join(f"{c.name} ({c.imagenet_index})" for c in DEFAULT_CLASSES)
+            raise ValueError(f"the synthetic world has no class {name!r}; available: {known}")
+        picked.append(table[key])
+    return tuple(picked)
+
+
+def generate_sample(spec: WorldSpec, index: int) -> SyntheticSample:
+    """Sample number ``index`` of the world (class = index // per_class), deterministic."""
+    rng = np.random.default_rng([spec.seed, index])
+    cls = spec.classes[index // spec.per_class]
+    if rng.random() < spec.p:
+        background = cls.common_background
+    else:
+        others = [b for b in spec.backgrounds if b != cls.common_background]
+        background = others[rng.integers(len(others))]
+    size = spec.image_size
+    mask = _draw_mask(cls.shape, size, rng)
+    bg = _bg(size, rng, background)
+    obj = _object_texture(size, rng)
+    m = mask[..., None].astype(np.float32)
+    image = np.clip(bg * (1 - m) + obj * m, 0, 255).astype(np.uint8)
+    return SyntheticSample(index, image, mask, cls, background, background == cls.common_background)
+
+
+def generate_world(spec: WorldSpec) -> Iterator[SyntheticSample]:
+    """All samples of the world in order (class-major)."""
+    for index in range(spec.per_class * len(spec.classes)):
+        yield generate_sample(spec, index)
+
+
+def png_bytes(array: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    Image.fromarray(array).save(buffer, format="PNG", optimize=False)
+    return buffer.getvalue()

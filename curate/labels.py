@@ -1,0 +1,169 @@
+"""Label spaces: the list of classes a dataset's ``class_index`` points into.
+
+ImageNet-1K is the default (papers/003 §2.1 queries iNaturalist by ImageNet-1K names and
+scores 1-vs-1000, App. C.2). A dataset may declare another list (COCO categories, a user's
+own). Classes are identified by index, never by name: two ImageNet names repeat
+("missile" at 657 and 744, "sunglasses" at 836 and 837).
+
+The ImageNet-1K table ships as ``datasets/imagenet1k.tsv``: index, WordNet id, the clean name
+open_clip uses in prompts (``IMAGENET_CLASSNAMES``) and timm's WordNet lemmas.
+"""
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any, Iterable, Sequence
+
+from curate.paths import data_file
+
+IMAGENET1K = "imagenet1k"
+
+
+class UnknownClassError(KeyError):
+    """A class name, WordNet id or index that the label space does not contain."""
+
+    def __str__(self) -> str:  # KeyError quotes its message; we want it plain
+        return str(self.args[0]) if self.args else "unknown class"
+
+
+class AmbiguousClassError(UnknownClassError):
+    """A name that matches several classes (e.g. ImageNet's two 'missile' labels)."""
+
+
+@dataclass(frozen=True)
+class LabelSpace:
+    """An ordered list of class names; ``class_index`` values index into it.
+
+    Attributes:
+        name: ``"imagenet1k"`` for the built-in table, any other string for a custom list.
+        names: the display/prompt name of each class (for ImageNet, open_clip's clean names).
+        ids: an external id per class (WordNet ids for ImageNet), or empty strings.
+        synonyms: extra names per class (ImageNet lemmas), used only to resolve user input.
+    """
+
+    name: str
+    names: tuple[str, ...]
+    ids: tuple[str, ...] = ()
+    synonyms: tuple[tuple[str, ...], ...] = ()
+    _lookup: dict[str, tuple[int, ...]] = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.names:
+            raise ValueError("a label space needs at least one class name")
+        if self.ids and len(self.ids) != len(self.names):
+            raise ValueError("label space ids and names differ in length")
+        lookup: dict[str, list[int]] = {}
+        for index, name in enumerate(self.names):
+            keys = {name}
+            if self.ids:
+                keys.add(self.ids[index])
+            if self.synonyms:
+                keys.update(self.synonyms[index])
+            for key in keys:
+                if key:
+                    lookup.setdefault(_norm(key), []).append(index)
+        self._lookup.update({k: tuple(sorted(set(v))) for k, v in lookup.items()})
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    @property
+    def is_builtin(self) -> bool:
+        return self.name == IMAGENET1K
+
+    def name_of(self, index: int) -> str:
+        """The class name at ``index`` (raises :class:`UnknownClassError` when out of range)."""
+        if not 0 <= int(index) < len(self.names):
+            raise UnknownClassError(
+                f"class index {index} is outside the label space '{self.name}' (0..{len(self) - 1})"
+            )
+        return self.names[int(index)]
+
+    def resolve(self, key: int | str) -> int:
+        """The class index for an index, a digit string, an external id (WordNet) or a name.
+
+        Names match case-insensitively against the display name, the id and the synonyms
+        (ImageNet lemmas such as "Struthio camelus"). A name shared by several classes raises
+        :class:`AmbiguousClassError` listing their indices; an unknown one raises
+        :class:`UnknownClassError` with the closest names as suggestions.
+        """
+        if isinstance(key, bool):
+            raise UnknownClassError(f"{key!r} is not a class")
+        if isinstance(key, int) or (isinstance(key, str) and key.strip().isdigit()):
+            index = int(key)
+            self.name_of(index)
+            return index
+        text = _norm(str(key))
+        hits = self._lookup.get(text)
+        if hits is None:
+            close = difflib.get_close_matches(text, list(self._lookup), n=3, cutoff=0.75)
+            hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+            raise UnknownClassError(
+                f"unknown class {key!r} in label space '{self.name}'{hint} "
+                "(use an index, a WordNet id or a label name)"
+            )
+        if len(hits) > 1:
+            raise AmbiguousClassError(
+                f"class name {key!r} matches several classes {list(hits)} in '{self.name}'; "
+                "give the index instead"
+            )
+        return hits[0]
+
+    def resolve_many(self, keys: Iterable[int | str]) -> list[int]:
+        return [self.resolve(k) for k in keys]
+
+    def to_config(self) -> dict[str, Any]:
+        """What ``dataset.yaml`` stores: the built-in name alone, or a custom list in full."""
+        if self.is_builtin:
+            return {"name": IMAGENET1K}
+        config: dict[str, Any] = {"name": self.name, "names": list(self.names)}
+        if self.ids:
+            config["ids"] = list(self.ids)
+        return config
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any] | str | None) -> "LabelSpace":
+        """Inverse of :meth:`to_config`; ``None`` or ``"imagenet1k"`` gives ImageNet-1K."""
+        if config is None or config == IMAGENET1K:
+            return imagenet1k()
+        if isinstance(config, str):
+            raise ValueError(f"unknown built-in label space {config!r}; the built-in one is 'imagenet1k'")
+        if not isinstance(config, dict) or "name" not in config:
+            raise ValueError("label_space must be a mapping with a 'name' (and 'names' for a custom list)")
+        if config["name"] == IMAGENET1K and "names" not in config:
+            return imagenet1k()
+        names = config.get("names")
+        if not isinstance(names, list) or not all(isinstance(n, str) and n for n in names):
+            raise ValueError(f"label space {config['name']!r} needs 'names': a list of non-empty strings")
+        ids = config.get("ids") or ()
+        return cls(name=str(config["name"]), names=tuple(names), ids=tuple(str(i) for i in ids))
+
+    @classmethod
+    def from_names(cls, name: str, names: Sequence[str]) -> "LabelSpace":
+        return cls(name=name, names=tuple(names))
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.replace("_", " ").split()).casefold()
+
+
+@lru_cache(maxsize=1)
+def imagenet1k() -> LabelSpace:
+    """The ImageNet-1K label space from ``datasets/imagenet1k.tsv`` (1000 classes)."""
+    names: list[str] = []
+    ids: list[str] = []
+    synonyms: list[tuple[str, ...]] = []
+    with data_file("imagenet1k.tsv").open(encoding="utf-8") as handle:
+        for line in handle:
+            if line.startswith("#") or not line.strip():
+                continue
+            index, wnid, name, lemmas = line.rstrip("\n").split("\t")
+            if int(index) != len(names):
+                raise ValueError(f"imagenet1k.tsv is out of order at index {index}")
+            names.append(name)
+            ids.append(wnid)
+            synonyms.append(tuple(s.strip() for s in lemmas.split(",") if s.strip()))
+    if len(names) != 1000:
+        raise ValueError(f"imagenet1k.tsv holds {len(names)} classes, expected 1000")
+    return LabelSpace(name=IMAGENET1K, names=tuple(names), ids=tuple(ids), synonyms=tuple(synonyms))

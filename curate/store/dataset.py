@@ -1,0 +1,832 @@
+"""The dataset folder: ``Dataset`` (create, open, add, update, select, read) and ``NewSample``.
+
+Layout (DESIGN.md, "The dataset on disk")::
+
+    dataset.yaml        name, schema_version, label_space, backgrounds, recipe, provenance
+    samples.parquet     one row per image, schema in curate.store.schema
+    media/ab/<sha256>.<jpg|png>   images, content-addressed by the sha256 of the stored bytes
+    masks/<sample_id>.png         object masks (a replaced mask: masks/<sample_id>.<hash8>.png)
+    changes.jsonl       append-only log: time, actor, op, sample_id, field, old, new, reason
+    quarantine.jsonl    inputs that were not added: time, actor, source, reason, detail, sha256, copy
+    quarantine/<sha256>.bin       a copy of a quarantined input's bytes (up to 64 MiB)
+
+Write ordering (each step atomic, see curate.store.atomic; all under the folder's lock):
+1. new media and mask files (content-addressed or new names, so no committed row changes),
+   made durable by one barrier (``syncfs``, else an fsync each) before step 2;
+2. ``samples.parquet`` replaced whole: this is THE commit point;
+3. ``changes.jsonl`` appended (after the commit, so the log never claims a change that did not
+   happen; a crash between 2 and 3 loses log lines, never data), then ``quarantine.jsonl``;
+4. replaced mask files no longer referenced are deleted last.
+A writer killed at any instant leaves the last committed state (plus unreferenced files, which
+are harmless and which validation ignores).
+"""
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import logging
+import math
+import os
+import shutil
+import uuid
+from collections.abc import Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import yaml
+from PIL import Image
+
+from curate import __version__
+from curate.labels import LabelSpace, imagenet1k
+from curate.store import schema as S
+from curate.store.atomic import (
+    DatasetError,
+    DatasetLock,
+    append_jsonl,
+    atomic_write,
+    atomic_write_bytes,
+    durability_barrier,
+    fsync_dir,
+    read_jsonl,
+)
+from curate.store.images import ImageRejected, MaskInput, prepare_image, prepare_mask
+from curate.store.records import AddReport, NewSample, iso_time, now_utc, to_plain, yaml_ready
+from curate.store.validate import (
+    CHANGES_FILE,
+    CONFIG_FILE,
+    MASKS_DIR,
+    MEDIA_DIR,
+    QUARANTINE_FILE,
+    SAMPLES_FILE,
+    ValidationProblem,
+    background_problem,
+    inspect_dataset,
+    safe_relpath,
+)
+
+log = logging.getLogger(__name__)
+
+QUARANTINE_DIR = "quarantine"
+#: Inputs larger than this are recorded in quarantine.jsonl without a copy of their bytes.
+QUARANTINE_COPY_LIMIT = 64 * 1024 * 1024
+#: How many problems a DatasetError message lists before "... and N more".
+_MAX_LISTED = 20
+
+
+def _format_problems(root: Path, problems: list[ValidationProblem]) -> str:
+    lines = [f"dataset at {root} is invalid ({len(problems)} problem{'s' if len(problems) != 1 else ''}):"]
+    lines += [f"  {p}" for p in problems[:_MAX_LISTED]]
+    if len(problems) > _MAX_LISTED:
+        lines.append(f"  ... and {len(problems) - _MAX_LISTED} more")
+    lines.append("Fix these (or restore the folder from a copy); "
+                 "curate.store.check_dataset(root) lists every problem.")
+    return "\n".join(lines)
+
+
+def _stamp(path: Path) -> tuple[int, int, int] | None:
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+class Dataset:
+    """A dataset folder on disk, the single source of truth (see the module docstring).
+
+    Make one with :meth:`create`, open one with :meth:`open` (which validates). Reads see the
+    latest committed state (the table is re-read when another process committed). Writes
+    (:meth:`add_samples`, :meth:`update`, :meth:`set_mask`, :meth:`record_provenance`) take the
+    folder's lock for ``lock_timeout`` seconds at most, then raise :class:`LockedError`.
+    """
+
+    def __init__(self, root: Path, config: dict[str, Any], table: pa.Table, *, lock_timeout: float = 10.0) -> None:
+        self._root = Path(root).absolute()
+        self._lock = DatasetLock(self._root, timeout=lock_timeout)
+        self._set_config(config)
+        self._set_table(table, _stamp(self._root / SAMPLES_FILE))
+
+    # ------------------------------------------------------------------ create / open
+    @classmethod
+    def create(
+        cls,
+        root: str | Path,
+        name: str = "dataset",
+        label_space: LabelSpace | None = None,
+        backgrounds: Sequence[str] | None = None,
+        recipe: str | None = None,
+        exist_ok: bool = False,
+        *,
+        lock_timeout: float = 10.0,
+    ) -> "Dataset":
+        """Make a new, empty dataset folder at ``root`` and return it.
+
+        ``label_space`` defaults to ImageNet-1K, ``backgrounds`` to the CounterAnimal vocabulary
+        (:data:`~curate.store.schema.DEFAULT_BACKGROUNDS`). The folder is built beside ``root``
+        and renamed into place, so it appears whole or not at all. ``root`` may be missing or an
+        empty folder. With ``exist_ok=True`` an existing dataset there is opened instead.
+        """
+        root = Path(root)
+        if (root / CONFIG_FILE).exists():
+            if exist_ok:
+                ds = cls.open(root, lock_timeout=lock_timeout)
+                wanted_space = (label_space if label_space is not None else imagenet1k()).to_config()
+                if ds.name != name or ds.config.get("label_space") != wanted_space:
+                    log.warning("%s already holds dataset %r (label space %s); opened it as it is",
+                                root, ds.name, ds.label_space.name)
+                return ds
+            raise DatasetError(f"{root} already holds a dataset; open it with Dataset.open(root) "
+                               "or pass exist_ok=True")
+        if root.exists() and (not root.is_dir() or any(root.iterdir())):
+            raise DatasetError(f"{root} exists and is not an empty folder nor a dataset; "
+                               "choose a new path or empty it")
+        if not isinstance(name, str) or not name.strip():
+            raise DatasetError("a dataset needs a non-empty name")
+        space = label_space if label_space is not None else imagenet1k()
+        vocabulary = list(backgrounds) if backgrounds is not None else list(S.DEFAULT_BACKGROUNDS)
+        problem = background_problem(vocabulary)
+        if problem:
+            raise DatasetError(problem)
+        config: dict[str, Any] = {
+            "name": name,
+            "schema_version": S.SCHEMA_VERSION,
+            "created_at": iso_time(),
+            "curate_version": __version__,
+            "label_space": space.to_config(),
+            "backgrounds": vocabulary,
+            "recipe": recipe,
+            "provenance": {},
+        }
+        root.parent.mkdir(parents=True, exist_ok=True)
+        staging = root.parent / f".{root.name}.creating-{uuid.uuid4().hex[:8]}"
+        staging.mkdir()
+        try:
+            table = S.empty_table()
+            cls._write_table_file(staging, table)
+            cls._write_config_file(staging, config)
+            for sub in (MEDIA_DIR, MASKS_DIR):
+                (staging / sub).mkdir()
+            fsync_dir(staging)
+            try:
+                os.replace(staging, root)  # an empty existing folder is replaced atomically
+            except OSError as exc:
+                raise DatasetError(f"cannot create {root}: {exc} (was it created meanwhile?)") from None
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        fsync_dir(root.parent)
+        log.info("created dataset %r at %s (%s, %d backgrounds)", name, root, space.name, len(vocabulary))
+        return cls(root, config, table, lock_timeout=lock_timeout)
+
+    @classmethod
+    def open(
+        cls, root: str | Path, *, validate: bool = True, deep: bool = False, lock_timeout: float = 10.0
+    ) -> "Dataset":
+        """Open the dataset at ``root``, validating it (see :mod:`curate.store.validate`).
+
+        Raises :class:`DatasetError` listing each problem as "row N (sample ID): what is wrong"
+        (``.problems`` holds them all). ``validate=False`` skips the row checks (for repair
+        tools); ``deep=True`` also re-hashes every image.
+        """
+        root = Path(root)
+        inspection = inspect_dataset(root, deep=deep)
+        errors = inspection.errors
+        if errors and (validate or inspection.config is None or inspection.table is None):
+            raise DatasetError(_format_problems(root, errors), errors)
+        for warning in inspection.problems:
+            if warning.severity == "warning":
+                log.warning("%s: %s", root, warning)
+        if inspection.label_space is None or inspection.backgrounds is None:
+            raise DatasetError(_format_problems(root, errors), errors)
+        assert inspection.config is not None and inspection.table is not None
+        return cls(root, inspection.config, inspection.table, lock_timeout=lock_timeout)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle as (root, config, lock timeout); unpickling (e.g. in a DataLoader worker)
+        re-reads samples.parquet instead of copying the table through the pipe."""
+        return {"root": self._root, "config": self._config, "lock_timeout": self._lock.timeout}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._root = Path(state["root"]).absolute()
+        self._lock = DatasetLock(self._root, timeout=state["lock_timeout"])
+        self._set_config(state["config"])
+        self._reload_table()
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def root(self) -> Path:
+        return self._root
+
+    @property
+    def name(self) -> str:
+        return str(self._config.get("name"))
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """A copy of ``dataset.yaml``'s content (edit the folder through the methods)."""
+        self._refresh_config()
+        return copy.deepcopy(self._config)
+
+    @property
+    def label_space(self) -> LabelSpace:
+        return self._label_space
+
+    @property
+    def backgrounds(self) -> list[str]:
+        return list(self._config["backgrounds"])
+
+    @property
+    def provenance(self) -> dict[str, Any]:
+        return self.config.get("provenance") or {}
+
+    def __len__(self) -> int:
+        return self.table().num_rows
+
+    def __contains__(self, sample_id: object) -> bool:
+        self.table()
+        return isinstance(sample_id, str) and sample_id in self._index
+
+    def __repr__(self) -> str:
+        return f"Dataset({str(self._root)!r}, name={self.name!r}, samples={len(self)})"
+
+    # ------------------------------------------------------------------ reading
+    def table(self) -> pa.Table:
+        """All rows (the latest committed ``samples.parquet``), with :data:`SCHEMA`."""
+        stamp = _stamp(self._root / SAMPLES_FILE)
+        if stamp != self._table_stamp:
+            self._reload_table()
+        return self._table
+
+    def sample_ids(self) -> list[str]:
+        return list(self.table().column("sample_id").to_pylist())
+
+    def row(self, sample_id: str) -> dict[str, Any]:
+        """One row as a dict (raises :class:`DatasetError` for an unknown id)."""
+        table = self.table()
+        return table.slice(self._row_index(sample_id), 1).to_pylist()[0]
+
+    def rows(self, **conditions: Any) -> list[dict[str, Any]]:
+        """:meth:`select` as a list of dicts."""
+        return self.select(**conditions).to_pylist()
+
+    def select(self, **conditions: Any) -> pa.Table:
+        """Rows matching every condition (AND), in file order.
+
+        ``column=value`` (equal), ``column=[v1, v2]`` / tuple / set (any of; include ``None`` to
+        also match null), ``column=None`` (is null), ``column=callable`` (``callable(value)`` is
+        true). For ``tags``: a string matches rows having that tag, a list rows having any of them.
+        """
+        table = self.table()
+        mask: pa.ChunkedArray | pa.Array | None = None
+        for column, condition in conditions.items():
+            if column not in table.column_names:
+                raise DatasetError(f"select: unknown column {column!r} (columns: {', '.join(table.column_names)})")
+            try:
+                matched = _match(table.column(column), column, condition)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError) as exc:
+                raise DatasetError(f"select: cannot compare column {column!r} "
+                                   f"({table.schema.field(column).type}) with {condition!r}: {exc}") from None
+            mask = matched if mask is None else pc.and_(mask, matched)
+        return table if mask is None else table.filter(mask)
+
+    def ids(self, **conditions: Any) -> list[str]:
+        """The sample ids of :meth:`select`."""
+        return self.select(**conditions).column("sample_id").to_pylist()
+
+    def image_path(self, sample_id_or_row: str | int | Mapping[str, Any]) -> Path:
+        """Absolute path of a sample's image; refuses a ``filepath`` that escapes the folder."""
+        rel = self._field_of(sample_id_or_row, "filepath")
+        return self._safe_path(rel, MEDIA_DIR, "filepath")
+
+    def mask_path(self, sample_id_or_row: str | int | Mapping[str, Any]) -> Path | None:
+        """Absolute path of a sample's mask, or None when it has none."""
+        rel = self._field_of(sample_id_or_row, "mask_path")
+        return None if rel is None else self._safe_path(rel, MASKS_DIR, "mask_path")
+
+    def load_image(self, sample_id: str | int | Mapping[str, Any]) -> Image.Image:
+        """The stored image as an 8-bit RGB PIL image (fully loaded, file closed)."""
+        path = self.image_path(sample_id)
+        with Image.open(path) as img:
+            return img.convert("RGB")
+
+    def load_mask(self, sample_id: str | int | Mapping[str, Any]) -> np.ndarray | None:
+        """The sample's mask as an H x W uint8 array (0/1 or instance ids), or None."""
+        path = self.mask_path(sample_id)
+        if path is None:
+            return None
+        with Image.open(path) as img:
+            return np.array(img, dtype=np.uint8)
+
+    def changes(self, sample_id: str | None = None) -> list[dict[str, Any]]:
+        """The records of ``changes.jsonl`` (optionally for one sample), oldest first."""
+        records, _ = read_jsonl(self._root / CHANGES_FILE)
+        return records if sample_id is None else [r for r in records if r.get("sample_id") == sample_id]
+
+    def quarantine(self) -> list[dict[str, Any]]:
+        """The records of ``quarantine.jsonl``, oldest first."""
+        return read_jsonl(self._root / QUARANTINE_FILE)[0]
+
+    # ------------------------------------------------------------------ writing
+    @contextmanager
+    def locked(self, purpose: str = "write") -> Iterator["Dataset"]:
+        """Hold the folder's writer lock across several writes (re-entrant in this thread)."""
+        with self._lock.hold(purpose):
+            yield self
+
+    def add_samples(
+        self,
+        items: Iterable[NewSample],
+        actor: str = "curate",
+        *,
+        strict: bool = False,
+        commit_every: int = 1000,
+    ) -> AddReport:
+        """Verify, store and append new samples; returns an :class:`AddReport`.
+
+        Each image is fully decoded and converted as :func:`curate.store.images.prepare_image`
+        describes; its ``sample_id`` is the first 16 hex digits of the stored bytes' sha256.
+        Content already in the dataset (or earlier in ``items``) is reported as a duplicate and
+        not added again, so re-running a collection is idempotent. An input that fails (bad
+        image, mask, class or field value) is quarantined: listed in the report and recorded in
+        ``quarantine.jsonl`` (with a copy of its bytes under ``quarantine/``), never half-added;
+        with ``strict=True`` it raises :class:`DatasetError` instead (nothing from the
+        uncommitted part of the batch is added). Rows are committed every ``commit_every``
+        samples, so an interrupted long ingestion keeps what it committed.
+        """
+        report = AddReport()
+        quarantine_records: list[dict[str, Any]] = []
+        with self._lock.hold("add_samples"):
+            self._refresh_all()
+            known_sha = dict(zip(self._table.column("sha256").to_pylist(), self._table.column("sample_id").to_pylist()))
+            batch_sha: dict[str, int] = {}
+            pending: list[dict[str, Any]] = []
+            pending_ids: set[str] = set()
+            new_files: list[Path] = []
+            new_dirs: set[Path] = set()
+            for position, item in enumerate(items):
+                if not isinstance(item, NewSample):
+                    raise DatasetError(f"add_samples expects NewSample items, item {position} is "
+                                       f"{type(item).__name__}")
+                try:
+                    row, prepared = self._prepare(item)
+                    sid = row["sample_id"]
+                    if prepared.sha256 in known_sha:
+                        report.duplicates.append((known_sha[prepared.sha256], "already in the dataset"))
+                        continue
+                    if prepared.sha256 in batch_sha:
+                        report.duplicates.append(
+                            (sid, f"same content as item {batch_sha[prepared.sha256]} of this call"))
+                        continue
+                    if sid in self._index or sid in pending_ids:
+                        raise ImageRejected("id_collision", f"sample_id {sid} is taken by a different image")
+                    mask_bytes = (
+                        prepare_mask(item.mask, (prepared.width, prepared.height)) if item.mask is not None else None
+                    )
+                except ImageRejected as exc:
+                    if strict:
+                        raise DatasetError(f"cannot add {item.describe(position)}: {exc}") from None
+                    report.quarantined.append((item.describe(position), str(exc)))
+                    quarantine_records.append(self._quarantine_record(item, position, exc, actor))
+                    continue
+                self._store_media(row["filepath"], prepared.data, new_files, new_dirs)
+                if mask_bytes is not None:
+                    row["mask_path"] = S.mask_relpath(sid)
+                    target = self._root / row["mask_path"]
+                    atomic_write_bytes(self._root, target, mask_bytes, fsync=False, sync_dir=False)
+                    new_files.append(target)
+                    new_dirs.add(target.parent)
+                if prepared.conversions:
+                    log.debug("%s stored as %s after %s", item.describe(position), sid, ", ".join(prepared.conversions))
+                batch_sha[prepared.sha256] = position
+                pending.append(row)
+                pending_ids.add(sid)
+                if len(pending) >= max(1, commit_every):
+                    self._commit_new_rows(pending, new_files, new_dirs, actor, report)
+                    pending, pending_ids, new_files, new_dirs = [], set(), [], set()
+            if pending:
+                self._commit_new_rows(pending, new_files, new_dirs, actor, report)
+            if quarantine_records:
+                self._append_quarantine(quarantine_records)
+        if report.quarantined:
+            log.warning("%s: %d input(s) quarantined (see %s)", self._root, len(report.quarantined), QUARANTINE_FILE)
+        log.info("%s: %s", self._root, report)
+        return report
+
+    def update(
+        self,
+        sample_ids: Sequence[str] | str,
+        values: Mapping[str, Any] | None = None,
+        *,
+        per_sample: Mapping[str, Mapping[str, Any]] | None = None,
+        actor: str,
+        reason: str = "",
+    ) -> int:
+        """Set fields of existing samples; returns how many samples actually changed.
+
+        ``values`` applies to every id in ``sample_ids``; ``per_sample[id]`` applies to that id
+        (and overrides ``values`` for it; its ids need not be in ``sample_ids``). Every value is
+        checked against the schema and the dataset's vocabularies before anything is written;
+        any problem raises :class:`DatasetError` and changes nothing. Setting ``class_index``
+        sets ``class_name`` (and vice versa). ``extra`` takes a mapping (or JSON text) and
+        replaces the stored object. Identity columns (sample_id, filepath, sha256, width,
+        height, mask_path, added_at) cannot be set; masks change through :meth:`set_mask`.
+        Only fields whose value changes are written and logged to ``changes.jsonl``.
+        """
+        if isinstance(sample_ids, str):
+            sample_ids = [sample_ids]
+        if not isinstance(actor, str) or not actor:
+            raise DatasetError("update needs an actor (who or what makes the change)")
+        plan: dict[str, dict[str, Any]] = {sid: dict(values or {}) for sid in sample_ids}
+        for sid, fields in (per_sample or {}).items():
+            plan.setdefault(sid, {}).update(fields)
+        plan = {sid: fields for sid, fields in plan.items() if fields}
+        if not plan:
+            return 0
+        with self._lock.hold("update"):
+            self._refresh_all()
+            missing = [sid for sid in plan if sid not in self._index]
+            if missing:
+                shown = ", ".join(map(str, missing[:5])) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+                raise DatasetError(f"update: unknown sample id(s) {shown} in {self._root}; nothing was changed")
+            normalized: dict[str, dict[str, Any]] = {}
+            errors: list[str] = []
+            for sid, fields in plan.items():
+                try:
+                    normalized[sid] = self._normalize_update(fields)
+                except S.ValueProblem as exc:
+                    errors.append(f"sample {sid}: {exc}")
+            if errors:
+                raise DatasetError("update refused, nothing was changed:\n  " + "\n  ".join(errors[:_MAX_LISTED]))
+            table, records, changed = self._apply(normalized, actor=actor, reason=reason)
+            if records:
+                self._commit_table(table)
+                append_jsonl(self._root / CHANGES_FILE, records)
+        if changed:
+            log.info("%s: %s changed %d sample(s), %d field value(s)%s", self._root, actor, changed, len(records),
+                     f" ({reason})" if reason else "")
+        return changed
+
+    def set_mask(
+        self,
+        sample_id: str,
+        mask: MaskInput | None,
+        *,
+        mask_status: str | None = None,
+        actor: str,
+        reason: str = "",
+    ) -> None:
+        """Give a sample a mask (or remove it with ``mask=None``), atomically.
+
+        A first mask goes to ``masks/<sample_id>.png``; a replacement to
+        ``masks/<sample_id>.<hash8>.png`` so the committed row never points at a half-new
+        mask; the old file is deleted after the commit. Logged like :meth:`update`.
+        """
+        with self._lock.hold("set_mask"):
+            self._refresh_all()
+            index = self._row_index(sample_id)
+            row = self._table.slice(index, 1).to_pylist()[0]
+            old_rel = row["mask_path"]
+            new_rel: str | None = None
+            if mask is not None:
+                try:
+                    data = prepare_mask(mask, (row["width"], row["height"]))
+                except ImageRejected as exc:
+                    raise DatasetError(f"set_mask({sample_id}): {exc}") from None
+                if old_rel is not None and (self._root / old_rel).is_file() and \
+                        (self._root / old_rel).read_bytes() == data:
+                    new_rel = old_rel
+                else:
+                    version = None if old_rel is None else hashlib.sha256(data).hexdigest()[:8]
+                    new_rel = S.mask_relpath(sample_id, version)
+                    if new_rel == old_rel:
+                        new_rel = S.mask_relpath(sample_id, uuid.uuid4().hex[:8])
+                    atomic_write_bytes(self._root, self._root / new_rel, data)
+            fields: dict[str, Any] = {"mask_path": new_rel}
+            if mask_status is not None or mask is None:
+                message = S.check_value("mask_status", mask_status, S.Vocabulary(None, None))
+                if message:
+                    raise DatasetError(f"set_mask({sample_id}): {message}")
+                fields["mask_status"] = mask_status
+            table, records, _ = self._apply({sample_id: fields}, actor=actor, reason=reason)
+            if records:
+                self._commit_table(table)
+                append_jsonl(self._root / CHANGES_FILE, records)
+                if old_rel is not None and old_rel != new_rel:
+                    try:
+                        (self._root / old_rel).unlink()
+                    except OSError:
+                        pass
+
+    def record_provenance(self, stage: str, info: Mapping[str, Any]) -> None:
+        """Record a stage's settings in ``dataset.yaml`` under ``provenance[stage]`` (replacing it).
+
+        ``recorded_at`` and ``curate_version`` are added unless ``info`` has them. Values must be
+        YAML-plain (strings, numbers, booleans, lists, mappings; paths and numpy scalars are
+        converted). The file is rewritten atomically under the lock.
+        """
+        if not isinstance(stage, str) or not stage:
+            raise DatasetError("record_provenance needs a stage name")
+        try:
+            entry = yaml_ready(dict(info), f"provenance.{stage}")
+        except TypeError as exc:
+            raise DatasetError(f"record_provenance({stage!r}): {exc}") from None
+        entry.setdefault("recorded_at", iso_time())
+        entry.setdefault("curate_version", __version__)
+        with self._lock.hold("record_provenance"):
+            self._refresh_config(force=True)
+            config = copy.deepcopy(self._config)
+            provenance = config.get("provenance") or {}
+            provenance[stage] = entry
+            config["provenance"] = provenance
+            self._write_config_file(self._root, config)
+            self._set_config(config)
+
+    # ------------------------------------------------------------------ internals: state
+    def _set_config(self, config: dict[str, Any]) -> None:
+        self._config = config
+        self._config_stamp = _stamp(self._root / CONFIG_FILE)
+        self._label_space = LabelSpace.from_config(config.get("label_space"))
+        self._vocab = S.Vocabulary(self._label_space, list(config["backgrounds"]))
+
+    def _refresh_config(self, force: bool = False) -> None:
+        stamp = _stamp(self._root / CONFIG_FILE)
+        if force or stamp != self._config_stamp:
+            try:
+                config = yaml.safe_load((self._root / CONFIG_FILE).read_text(encoding="utf-8"))
+            except (OSError, yaml.YAMLError) as exc:
+                raise DatasetError(f"{self._root / CONFIG_FILE} cannot be read any more: {exc}") from None
+            if not isinstance(config, dict) or background_problem(config.get("backgrounds")):
+                raise DatasetError(f"{self._root / CONFIG_FILE} was damaged; check_dataset() says what is wrong")
+            self._set_config(config)
+
+    def _set_table(self, table: pa.Table, stamp: tuple[int, int, int] | None) -> None:
+        self._table = table
+        self._table_stamp = stamp
+        self._index = {sid: i for i, sid in enumerate(table.column("sample_id").to_pylist())}
+
+    def _reload_table(self) -> None:
+        path = self._root / SAMPLES_FILE
+        stamp = _stamp(path)
+        try:
+            table = pq.read_table(path).select(list(S.COLUMN_NAMES)).cast(S.SCHEMA)
+        except Exception as exc:  # noqa: BLE001
+            raise DatasetError(f"{path} cannot be read any more ({exc}); run check_dataset({str(self._root)!r})") from None
+        self._set_table(table, stamp)
+
+    def _refresh_all(self) -> None:
+        self._refresh_config()
+        if _stamp(self._root / SAMPLES_FILE) != self._table_stamp:
+            self._reload_table()
+
+    def _row_index(self, sample_id: str) -> int:
+        self.table()
+        try:
+            return self._index[sample_id]
+        except (KeyError, TypeError):
+            raise DatasetError(f"no sample {sample_id!r} in {self._root}") from None
+
+    def _field_of(self, key: str | int | Mapping[str, Any], column: str) -> Any:
+        if isinstance(key, Mapping):
+            if column in key:
+                return key[column]
+            if "sample_id" in key:
+                key = key["sample_id"]
+            else:
+                raise DatasetError(f"a row needs '{column}' or 'sample_id', got keys {sorted(key)}")
+        table = self.table()
+        if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
+            if not 0 <= int(key) < table.num_rows:
+                raise DatasetError(f"row {key} is outside 0..{table.num_rows - 1}")
+            return table.column(column)[int(key)].as_py()
+        return table.column(column)[self._row_index(key)].as_py()
+
+    def _safe_path(self, rel: Any, folder: str, column: str) -> Path:
+        why = safe_relpath(rel, folder)
+        if why:
+            raise DatasetError(f"{column} {why}; refusing to read outside {self._root / folder}")
+        path = self._root / rel
+        root = self._root.resolve()
+        if not path.resolve().is_relative_to(root):
+            raise DatasetError(f"{column} {rel!r} resolves outside the dataset folder (a symlink?)")
+        return path
+
+    # ------------------------------------------------------------------ internals: writing
+    @staticmethod
+    def _write_table_file(root: Path, table: pa.Table) -> None:
+        table = table.replace_schema_metadata(S.SCHEMA.metadata)
+        atomic_write(root, root / SAMPLES_FILE, lambda handle: pq.write_table(table, handle))
+
+    @staticmethod
+    def _write_config_file(root: Path, config: dict[str, Any]) -> None:
+        text = yaml.safe_dump(config, sort_keys=False, allow_unicode=True, default_flow_style=None, width=100)
+        atomic_write_bytes(root, root / CONFIG_FILE, text.encode("utf-8"))
+
+    def _commit_table(self, table: pa.Table) -> None:
+        """The commit point: replace samples.parquet atomically, then refresh the cache."""
+        self._write_table_file(self._root, table)
+        self._set_table(table, _stamp(self._root / SAMPLES_FILE))
+
+    def _store_media(self, rel: str, data: bytes, new_files: list[Path], new_dirs: set[Path]) -> None:
+        target = self._root / rel
+        if target.is_file() and target.stat().st_size == len(data):
+            new_files.append(target)  # content-addressed: same bytes already there (an interrupted run)
+            return
+        atomic_write_bytes(self._root, target, data, fsync=False, sync_dir=False)
+        new_files.append(target)
+        new_dirs.add(target.parent)
+        new_dirs.add(target.parent.parent)
+
+    def _commit_new_rows(self, rows: list[dict[str, Any]], new_files: list[Path], new_dirs: set[Path],
+                         actor: str, report: AddReport) -> None:
+        durability_barrier(self._root, new_files, new_dirs)  # files durable before rows point at them
+        new = pa.Table.from_pylist(rows, schema=S.SCHEMA)
+        self._commit_table(pa.concat_tables([self._table, new]).combine_chunks())
+        now = iso_time()
+        append_jsonl(self._root / CHANGES_FILE, (
+            {"time": now, "actor": actor, "op": "add", "sample_id": r["sample_id"], "field": None,
+             "old": None, "new": r["filepath"], "reason": f"added from {r['source']}"}
+            for r in rows))
+        report.added.extend(r["sample_id"] for r in rows)
+        log.info("%s: committed %d new sample(s) (%d in this call, %d in the dataset)",
+                 self._root, len(rows), len(report.added), self._table.num_rows)
+
+    def _prepare(self, item: NewSample) -> tuple[dict[str, Any], Any]:
+        """Check the fields, then decode the image: the row to store and the prepared image."""
+        try:
+            class_index, class_name = S.resolve_class(self._label_space, to_plain(item.class_index), item.class_name)
+        except S.ValueProblem as exc:
+            raise ImageRejected("bad_class", str(exc)) from None
+        extra = item.extra if item.extra is not None else {}
+        if not isinstance(extra, Mapping):
+            raise ImageRejected("bad_value", f"extra must be a mapping, got {type(extra).__name__}")
+        try:
+            extra_text = json.dumps(to_plain(extra), sort_keys=True, ensure_ascii=False, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise ImageRejected("bad_value", f"extra is not JSON-serialisable: {exc}") from None
+        tags = to_plain(list(item.tags or []))
+        score = to_plain(item.background_score)
+        if isinstance(score, (int, float)) and not isinstance(score, bool):
+            score = float(np.float32(score))
+        row: dict[str, Any] = {
+            "source": item.source, "source_id": _str_or_none(item.source_id),
+            "source_url": item.source_url, "license": item.license, "attribution": item.attribution,
+            "class_index": class_index, "class_name": class_name, "status": item.status,
+            "reject_reason": item.reject_reason, "background": item.background,
+            "background_source": item.background_source, "background_score": score,
+            "mask_path": None, "mask_status": item.mask_status, "group": item.group,
+            "tags": tags, "extra": extra_text,
+        }
+        for column, value in row.items():
+            if column in ("class_index", "class_name", "mask_path"):
+                continue
+            message = S.check_value(column, value, self._vocab)
+            if message:
+                raise ImageRejected("bad_value", message)
+        prepared = prepare_image(item.image)
+        row.update(
+            sample_id=S.sample_id_for(prepared.sha256),
+            filepath=S.media_relpath(prepared.sha256, prepared.ext),
+            sha256=prepared.sha256, width=prepared.width, height=prepared.height, added_at=now_utc(),
+        )
+        return row, prepared
+
+    def _quarantine_record(self, item: NewSample, position: int, exc: ImageRejected, actor: str) -> dict[str, Any]:
+        """The quarantine.jsonl record of a refused input; its bytes are copied right away
+        (content-addressed under quarantine/, at most QUARANTINE_COPY_LIMIT) so that a big
+        batch holds no refused bytes in memory."""
+        data: bytes | None = None
+        if isinstance(item.image, (bytes, bytearray, memoryview)):
+            data = bytes(item.image)
+        elif isinstance(item.image, (str, Path)):
+            try:
+                path = Path(item.image)
+                if path.is_file() and path.stat().st_size <= QUARANTINE_COPY_LIMIT:
+                    data = path.read_bytes()
+            except OSError:
+                data = None
+        sha = hashlib.sha256(data).hexdigest() if data is not None else None
+        copy_rel: str | None = None
+        if data is not None and sha is not None and len(data) <= QUARANTINE_COPY_LIMIT:
+            copy_rel = f"{QUARANTINE_DIR}/{sha}.bin"
+            if not (self._root / copy_rel).exists():
+                atomic_write_bytes(self._root, self._root / copy_rel, data)
+        return {
+            "time": iso_time(), "actor": actor, "source": item.describe(position), "origin": item.source,
+            "source_id": _str_or_none(item.source_id), "source_url": item.source_url,
+            "reason": exc.code, "detail": exc.detail, "sha256": sha, "copy": copy_rel,
+        }
+
+    def _append_quarantine(self, records: list[dict[str, Any]]) -> None:
+        """Append records, skipping inputs that failed the same way before (idempotent re-runs)."""
+        existing, _ = read_jsonl(self._root / QUARANTINE_FILE)
+        seen = {(r.get("sha256") or r.get("source"), r.get("reason")) for r in existing}
+        fresh: list[dict[str, Any]] = []
+        for record in records:
+            key = (record["sha256"] or record["source"], record["reason"])
+            if key not in seen:
+                seen.add(key)
+                fresh.append(record)
+        append_jsonl(self._root / QUARANTINE_FILE, fresh)
+
+    def _normalize_update(self, fields: Mapping[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for column, value in fields.items():
+            if column not in S.COLUMN_BY_NAME:
+                raise S.ValueProblem(f"unknown column {column!r}")
+            if column in S.IMMUTABLE_COLUMNS:
+                hint = "; use set_mask()" if column == "mask_path" else ""
+                raise S.ValueProblem(f"column {column!r} cannot be changed{hint}")
+            value = to_plain(value)
+            if column == "extra":
+                if isinstance(value, str):
+                    message = S.check_value("extra", value, self._vocab)
+                    if message:
+                        raise S.ValueProblem(message)
+                    value = json.loads(value)
+                if not isinstance(value, dict):
+                    raise S.ValueProblem(f"extra must be a mapping, got {type(value).__name__}")
+                try:
+                    value = json.dumps(value, sort_keys=True, ensure_ascii=False, allow_nan=False)
+                except (TypeError, ValueError) as exc:
+                    raise S.ValueProblem(f"extra is not JSON-serialisable: {exc}") from None
+            elif column == "tags" and value is not None:
+                value = list(value) if isinstance(value, list) else value
+            elif column == "background_score" and isinstance(value, (int, float)) and not isinstance(value, bool):
+                if math.isfinite(value):
+                    value = float(np.float32(value))
+            out[column] = value
+        if "class_index" in out or "class_name" in out:
+            if "class_index" in out and out["class_index"] is None:
+                if out.get("class_name") is not None:
+                    raise S.ValueProblem("class_index is set to null but class_name is given")
+                out["class_name"] = None
+            else:
+                index, name = S.resolve_class(self._label_space, out.get("class_index"), out.get("class_name"))
+                out["class_index"], out["class_name"] = index, name
+        for column, value in out.items():
+            if column == "class_name":
+                continue
+            message = S.check_value(column, value, self._vocab)
+            if message:
+                raise S.ValueProblem(message)
+        return out
+
+    def _apply(self, plan: dict[str, dict[str, Any]], *, actor: str, reason: str
+               ) -> tuple[pa.Table, list[dict[str, Any]], int]:
+        """The updated table, the change records and the number of changed samples."""
+        table = self._table
+        columns = sorted({c for fields in plan.values() for c in fields}, key=S.COLUMN_NAMES.index)
+        now = iso_time()
+        records: list[dict[str, Any]] = []
+        changed_ids: set[str] = set()
+        for column in columns:
+            values = table.column(column).to_pylist()
+            touched = False
+            for sid, fields in plan.items():
+                if column not in fields:
+                    continue
+                index = self._index[sid]
+                old, new = values[index], fields[column]
+                if old == new:
+                    continue
+                values[index] = new
+                touched = True
+                changed_ids.add(sid)
+                records.append({
+                    "time": now, "actor": actor, "op": "update", "sample_id": sid, "field": column,
+                    "old": json.loads(old) if column == "extra" and old else old,
+                    "new": json.loads(new) if column == "extra" and new else new,
+                    "reason": reason,
+                })
+            if touched:
+                position = table.schema.get_field_index(column)
+                table = table.set_column(position, S.SCHEMA.field(column), pa.array(values, type=S.SCHEMA.field(column).type))
+        return table, records, len(changed_ids)
+
+
+def _str_or_none(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _match(column: pa.ChunkedArray, name: str, condition: Any) -> pa.ChunkedArray | pa.Array:
+    """Boolean mask of rows of ``column`` matching ``condition`` (see Dataset.select)."""
+    if condition is None:
+        return pc.is_null(column)
+    if callable(condition):
+        return pa.array([bool(condition(v)) for v in column.to_pylist()], type=pa.bool_())
+    if name == "tags":
+        wanted = {condition} if isinstance(condition, str) else set(condition)
+        return pa.array([bool(wanted.intersection(tags or ())) for tags in column.to_pylist()], type=pa.bool_())
+    if isinstance(condition, (list, tuple, set, frozenset)):
+        options = [to_plain(v) for v in condition]
+        with_null = any(v is None for v in options)
+        options = [v for v in options if v is not None]
+        matched = pc.fill_null(pc.is_in(column, value_set=pa.array(options, type=column.type)), False)
+        return pc.or_(matched, pc.is_null(column)) if with_null else matched
+    return pc.fill_null(pc.equal(column, pa.scalar(to_plain(condition), type=column.type)), False)

@@ -1,0 +1,335 @@
+"""Image and mask ingestion: verify by full decode, make upright 8-bit RGB, hash what is stored.
+
+What is stored for an input image (and why):
+- A JPEG (or MPO, a phone JPEG with extra frames) or PNG that is already 8-bit RGB and upright
+  (no EXIF orientation other than 1) is stored byte for byte: no re-encoding loss, and the
+  sha256 of the stored bytes is the sha256 of the source file.
+- Anything else is converted and re-encoded: EXIF orientation is applied (the stored image is
+  the upright one; its EXIF is dropped so no viewer rotates it twice), grayscale / palette /
+  CMYK / YCbCr become RGB, alpha (LA, RGBA, PA, palette transparency) is composited over white,
+  16-bit samples are scaled to 8 bits (v8 = round(v16 * 255 / 65535)). JPEG sources are
+  re-encoded as JPEG (quality 95), everything else (and in-memory PIL images) as PNG.
+- Dedup and ``sample_id`` use the sha256 of these stored bytes (content addressing).
+
+An input that cannot be decoded in full (truncated, corrupt, not an image, too large, an
+unreadable path) raises :class:`ImageRejected` with a reason code from :data:`QUARANTINE_REASONS`;
+the dataset then records it in ``quarantine.jsonl`` and never half-adds it.
+
+Masks (H x W, 0/1 or instance ids 0..255) must have the stored image's size and are stored as
+8-bit grayscale PNG.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import logging
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator, Union
+
+import numpy as np
+from PIL import Image, ImageFile, ImageOps
+
+log = logging.getLogger(__name__)
+
+ImageInput = Union[Path, str, bytes, bytearray, memoryview, Image.Image]
+MaskInput = Union[np.ndarray, Path, str, bytes, bytearray, memoryview]
+
+#: Reason codes recorded for quarantined inputs (``quarantine.jsonl``), with their meaning.
+QUARANTINE_REASONS: dict[str, str] = {
+    "unreadable": "the file could not be read (missing, a directory, no permission)",
+    "not_an_image": "the bytes are not an image format Pillow recognises",
+    "truncated": "the image data ends early (partial download or copy)",
+    "corrupt": "the image is recognised but fails to decode",
+    "too_large": "more pixels than PIL.Image.MAX_IMAGE_PIXELS (decompression-bomb guard)",
+    "unsupported_mode": "a pixel format that cannot be converted to RGB",
+    "bad_mask": "the mask is unreadable, not integer 0..255, or not the image's size",
+    "bad_class": "the class index/name is not in the dataset's label space",
+    "bad_value": "a field value the schema does not allow (status, background, group, ...)",
+    "id_collision": "a different image already has the same 16-hex-digit sample_id",
+}
+
+#: Source formats whose RGB 8-bit upright files are stored unchanged, with their extension.
+_VERBATIM_FORMATS = {"JPEG": "jpg", "MPO": "jpg", "PNG": "png"}
+_JPEG_FORMATS = {"JPEG", "MPO"}
+_EXIF_ORIENTATION = 0x0112
+_WHITE = (255, 255, 255)
+
+
+class ImageRejected(ValueError):
+    """An input image (or mask) that will not be stored; ``code`` is a key of QUARANTINE_REASONS."""
+
+    def __init__(self, code: str, detail: str) -> None:
+        super().__init__(f"{code}: {detail}")
+        self.code = code
+        self.detail = detail
+
+
+@dataclass(frozen=True)
+class PreparedImage:
+    """An image ready to store: its bytes, their sha256, extension and upright size.
+
+    ``conversions`` lists what was done to the source ("exif_transpose", "mode CMYK->RGB",
+    "16-bit->8-bit", "alpha over white", "re-encoded JPEG", ...); empty when stored verbatim.
+    """
+
+    data: bytes
+    sha256: str
+    ext: str
+    width: int
+    height: int
+    source_format: str | None
+    conversions: tuple[str, ...] = field(default_factory=tuple)
+
+
+_DECODE_GUARD = threading.Lock()
+
+
+@contextlib.contextmanager
+def _strict_decoding() -> Iterator[None]:
+    """Decode with truncation checks on, even if other code set ``LOAD_TRUNCATED_IMAGES``."""
+    if not ImageFile.LOAD_TRUNCATED_IMAGES:
+        yield
+        return
+    with _DECODE_GUARD:
+        previous = ImageFile.LOAD_TRUNCATED_IMAGES
+        ImageFile.LOAD_TRUNCATED_IMAGES = False
+        try:
+            yield
+        finally:
+            ImageFile.LOAD_TRUNCATED_IMAGES = previous
+
+
+def read_source(image: Path | str | bytes | bytearray | memoryview) -> bytes:
+    """The bytes of a path or bytes-like input; raises ImageRejected('unreadable')."""
+    if isinstance(image, (bytes, bytearray, memoryview)):
+        return bytes(image)
+    path = Path(image)
+    try:
+        return path.read_bytes()
+    except IsADirectoryError:
+        raise ImageRejected("unreadable", f"{path} is a directory, not an image file") from None
+    except FileNotFoundError:
+        raise ImageRejected("unreadable", f"{path} does not exist") from None
+    except OSError as exc:
+        raise ImageRejected("unreadable", f"cannot read {path}: {exc.strerror or exc}") from None
+
+
+def decode(data: bytes) -> Image.Image:
+    """Open and fully decode ``data`` (first frame); raises :class:`ImageRejected` with a reason."""
+    with _strict_decoding():
+        try:
+            img = Image.open(io.BytesIO(data))
+        except Image.DecompressionBombError as exc:
+            raise ImageRejected("too_large", str(exc)) from None
+        except Image.UnidentifiedImageError:
+            raise ImageRejected(
+                "not_an_image", f"{len(data)} bytes starting {data[:8]!r} are not an image Pillow can read"
+            ) from None
+        except Exception as exc:  # noqa: BLE001 - Pillow raises many types on bad headers
+            code = "truncated" if "truncated" in str(exc).lower() else "corrupt"
+            raise ImageRejected(code, f"header does not parse: {exc}") from None
+        limit = Image.MAX_IMAGE_PIXELS
+        if limit and img.width * img.height > limit:
+            raise ImageRejected(
+                "too_large", f"{img.width}x{img.height} pixels exceed PIL.Image.MAX_IMAGE_PIXELS={limit}"
+            )
+        try:
+            img.load()
+        except Image.DecompressionBombError as exc:
+            raise ImageRejected("too_large", str(exc)) from None
+        except OSError as exc:
+            message = str(exc)
+            code = "truncated" if "truncated" in message.lower() else "corrupt"
+            raise ImageRejected(code, f"{img.format} data does not decode: {message}") from None
+        except Exception as exc:  # noqa: BLE001
+            raise ImageRejected("corrupt", f"{img.format} data does not decode: {exc}") from None
+    if img.width <= 0 or img.height <= 0:
+        raise ImageRejected("corrupt", f"image has size {img.width}x{img.height}")
+    return img
+
+
+def _orientation(img: Image.Image) -> int:
+    try:
+        value = img.getexif().get(_EXIF_ORIENTATION)
+    except Exception:  # noqa: BLE001 - broken EXIF is ignored, not fatal
+        return 1
+    return int(value) if isinstance(value, int) and 1 <= value <= 8 else 1
+
+
+def _scale16(array: np.ndarray) -> np.ndarray:
+    """16-bit samples to 8-bit: round(v * 255 / 65535), clipped to 0..65535 first."""
+    wide = np.clip(array.astype(np.int64), 0, 65535)
+    return ((wide * 255 + 32767) // 65535).astype(np.uint8)
+
+
+def to_rgb8(img: Image.Image) -> tuple[Image.Image, list[str]]:
+    """Convert any Pillow mode to 8-bit RGB; returns the image and what was done.
+
+    - L / 1 / P (opaque) / CMYK / YCbCr / HSV / LAB: ``Image.convert("RGB")``.
+    - LA / RGBA / PA / La / RGBa / P with transparency: composited over white.
+    - I;16* (16-bit gray): v8 = round(v * 255 / 65535). I (32-bit) and F: values above 255 are
+      treated as 16-bit (same formula); values in 0..255 are kept (F in [0, 1] is scaled by 255).
+    """
+    mode = img.mode
+    if mode == "RGB":
+        return img, []
+    notes = [f"mode {mode}->RGB"]
+    if mode.startswith("I;16") or mode in ("I", "F"):
+        array = np.asarray(img)
+        if mode.startswith("I;16"):
+            gray = _scale16(array)
+            notes.append("16-bit->8-bit")
+        elif mode == "F" and np.nanmin(array) >= 0 and np.nanmax(array) <= 1:
+            gray = np.round(np.nan_to_num(array) * 255).astype(np.uint8)
+        elif np.nanmax(array) > 255:
+            gray = _scale16(np.nan_to_num(array))
+            notes.append("16-bit->8-bit")
+        else:
+            gray = np.clip(np.nan_to_num(array), 0, 255).round().astype(np.uint8)
+        return Image.fromarray(gray, mode="L").convert("RGB"), notes
+    has_alpha = mode in ("LA", "RGBA", "PA", "La", "RGBa") or (mode == "P" and "transparency" in img.info)
+    try:
+        if has_alpha:
+            rgba = img.convert("RGBA")
+            background = Image.new("RGB", rgba.size, _WHITE)
+            background.paste(rgba, mask=rgba.getchannel("A"))
+            notes.append("alpha over white")
+            return background, notes
+        return img.convert("RGB"), notes
+    except (ValueError, OSError) as exc:
+        raise ImageRejected("unsupported_mode", f"cannot convert mode {mode} to RGB: {exc}") from None
+
+
+def _encode(img: Image.Image, fmt: str, icc_profile: bytes | None) -> bytes:
+    buffer = io.BytesIO()
+    if fmt == "JPEG":
+        kwargs = {"quality": 95}
+        if icc_profile:
+            kwargs["icc_profile"] = icc_profile
+        img.save(buffer, "JPEG", **kwargs)
+    else:
+        kwargs = {"compress_level": 6}
+        if icc_profile:
+            kwargs["icc_profile"] = icc_profile
+        img.save(buffer, "PNG", **kwargs)
+    return buffer.getvalue()
+
+
+def prepare_image(image: ImageInput) -> PreparedImage:
+    """Verify, convert and encode one input image for storage (see the module docstring).
+
+    Raises :class:`ImageRejected` (with a reason code) for anything that must be quarantined.
+    """
+    if isinstance(image, Image.Image):
+        return _prepare_pil(image)
+    data = read_source(image)
+    img = decode(data)
+    fmt = img.format
+    orientation = _orientation(img)
+    if fmt in _VERBATIM_FORMATS and img.mode == "RGB" and orientation == 1:
+        return PreparedImage(
+            data=data, sha256=hashlib.sha256(data).hexdigest(), ext=_VERBATIM_FORMATS[fmt],
+            width=img.width, height=img.height, source_format=fmt,
+        )
+    notes: list[str] = []
+    keep_icc = img.mode == "RGB"  # a CMYK/gray profile does not describe the converted pixels
+    icc = img.info.get("icc_profile") if keep_icc else None
+    if orientation != 1:
+        img = ImageOps.exif_transpose(img)
+        notes.append("exif_transpose")
+    img, converted = to_rgb8(img)
+    notes.extend(converted)
+    out_format = "JPEG" if fmt in _JPEG_FORMATS else "PNG"
+    notes.append(f"re-encoded {out_format}")
+    data = _encode(img, out_format, icc)
+    return PreparedImage(
+        data=data, sha256=hashlib.sha256(data).hexdigest(), ext="jpg" if out_format == "JPEG" else "png",
+        width=img.width, height=img.height, source_format=fmt, conversions=tuple(notes),
+    )
+
+
+def _prepare_pil(image: Image.Image) -> PreparedImage:
+    """An in-memory image: upright, RGB 8-bit, stored as PNG (lossless)."""
+    with _strict_decoding():
+        try:
+            image.load()
+        except Exception as exc:  # noqa: BLE001
+            raise ImageRejected("corrupt", f"the PIL image does not decode: {exc}") from None
+    notes: list[str] = []
+    if _orientation(image) != 1:
+        image = ImageOps.exif_transpose(image)
+        notes.append("exif_transpose")
+    image, converted = to_rgb8(image)
+    notes.extend(converted)
+    data = _encode(image, "PNG", None)
+    return PreparedImage(
+        data=data, sha256=hashlib.sha256(data).hexdigest(), ext="png",
+        width=image.width, height=image.height, source_format=None, conversions=tuple(notes),
+    )
+
+
+def prepare_mask(mask: MaskInput, size: tuple[int, int]) -> bytes:
+    """PNG bytes (mode L) of a mask that must be ``size`` = (width, height) of the stored image.
+
+    Accepts an H x W array (bool or integer, or float holding integers) with values 0..255,
+    or a path / bytes of an image whose pixels are such values (1, L, P, I;16 or gray RGB).
+    Raises :class:`ImageRejected` ('bad_mask') otherwise.
+    """
+    array = mask_array(mask)
+    height, width = array.shape
+    if (width, height) != tuple(size):
+        raise ImageRejected(
+            "bad_mask", f"mask is {width}x{height} but the stored (upright) image is {size[0]}x{size[1]}"
+        )
+    buffer = io.BytesIO()
+    Image.fromarray(array, mode="L").save(buffer, "PNG", compress_level=6)
+    return buffer.getvalue()
+
+
+def mask_array(mask: MaskInput) -> np.ndarray:
+    """An H x W uint8 array from any accepted mask input (see :func:`prepare_mask`)."""
+    if isinstance(mask, np.ndarray):
+        array = mask
+    else:
+        try:
+            data = read_source(mask)  # type: ignore[arg-type]
+        except ImageRejected as exc:
+            raise ImageRejected("bad_mask", exc.detail) from None
+        try:
+            img = decode(data)
+        except ImageRejected as exc:
+            raise ImageRejected("bad_mask", f"mask image: {exc}") from None
+        if img.mode in ("RGB", "RGBA"):
+            rgb = np.asarray(img.convert("RGB"))
+            if not (np.array_equal(rgb[..., 0], rgb[..., 1]) and np.array_equal(rgb[..., 0], rgb[..., 2])):
+                raise ImageRejected("bad_mask", "mask image is in colour; give a grayscale/label image")
+            array = rgb[..., 0]
+        elif img.mode in ("1", "L", "P") or img.mode.startswith("I"):
+            array = np.asarray(img)
+        else:
+            raise ImageRejected("bad_mask", f"mask image mode {img.mode} is not a label image")
+    if array.ndim == 3 and array.shape[2] == 1:
+        array = array[..., 0]
+    if array.ndim != 2:
+        raise ImageRejected("bad_mask", f"mask must be H x W, got shape {tuple(array.shape)}")
+    if array.dtype == bool:
+        return array.astype(np.uint8)
+    if np.issubdtype(array.dtype, np.floating):
+        if not np.all(np.isfinite(array)) or not np.all(array == np.round(array)):
+            raise ImageRejected("bad_mask", "mask holds non-integer values; give 0/1 or instance ids")
+    elif not np.issubdtype(array.dtype, np.integer):
+        raise ImageRejected("bad_mask", f"mask dtype {array.dtype} is not integer")
+    if array.size and (array.min() < 0 or array.max() > 255):
+        raise ImageRejected(
+            "bad_mask", f"mask values span {array.min()}..{array.max()}; allowed are 0..255 (0/1 or instance ids)"
+        )
+    return array.astype(np.uint8)
+
+
+def image_size(path: Path) -> tuple[int, int]:
+    """(width, height) from the header only (cheap)."""
+    with Image.open(path) as img:
+        return img.size

@@ -1,0 +1,25 @@
+"""Counts over a dataset: how many images per class, background, group, status, license, source."""
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from curate.store.dataset import Dataset
+
+#: summary key -> column counted. Null values are counted under the key ``None``.
+SUMMARY_COLUMNS: dict[str, str] = {
+    "class": "class_name",
+    "background": "background",
+    "group": "group",
+    "status": "status",
+    "license": "license",
+    "source": "source",
+}
+
+
+def summarize(ds: "Dataset") -> dict[str, Counter]:
+    """``{"class": Counter(class name -> n), "background": ..., "group": ..., "status": ...,
+    "license": ..., "source": ...}`` over all rows of ``ds`` (nulls counted under ``None``)."""
+    table = ds.table()
+    return {key: Counter(table.column(column).to_pylist()) for key, column in SUMMARY_COLUMNS.items()}

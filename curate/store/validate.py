@@ -1,0 +1,342 @@
+"""Validation of a dataset folder: every problem, named by row, sample and column.
+
+:func:`check_dataset` reads ``dataset.yaml`` and ``samples.parquet`` and lists ALL problems it
+finds (it never stops at the first); :meth:`Dataset.open <curate.store.Dataset.open>` runs the
+same checks and refuses a folder with any problem of severity "error".
+
+Checks (severity error unless noted):
+- ``dataset.yaml``: present, a mapping, ``schema_version`` = :data:`SCHEMA_VERSION`, a name, a
+  label space :meth:`LabelSpace.from_config` accepts, a background vocabulary of unique
+  non-empty strings.
+- ``samples.parquet``: present and readable; every schema column present with its type (see
+  :func:`~curate.store.schema.types_compatible`), no unknown column; schema version in the
+  parquet metadata equal to the yaml's (missing: warning).
+- per row: required values not null; ``sample_id`` = sha256[:16+] and unique; ``sha256`` 64 hex
+  and unique; ``filepath`` relative, inside the folder, ``media/<sha[:2]>/<sha>.<ext>``, and the
+  file exists; width/height positive; ``class_index`` inside the label space and ``class_name``
+  its name; status / group / background_source / background in their vocabularies;
+  ``mask_path`` inside ``masks/``, present, and the mask's size equal to the image's;
+  tags a list of strings; ``extra`` a JSON object.
+- ``deep=True`` also hashes every image (sha256 must match) and reads its header (size must
+  match width/height).
+- ``changes.jsonl`` / ``quarantine.jsonl``: lines that do not parse (a torn last line after a
+  crash) are warnings.
+Rows are numbered from 0, in file order (as ``pyarrow.Table`` indexes them).
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import yaml
+
+from curate.labels import LabelSpace
+from curate.store import schema as S
+from curate.store.atomic import read_jsonl
+from curate.store.images import image_size
+
+log = logging.getLogger(__name__)
+
+CONFIG_FILE = "dataset.yaml"
+SAMPLES_FILE = "samples.parquet"
+CHANGES_FILE = "changes.jsonl"
+QUARANTINE_FILE = "quarantine.jsonl"
+MEDIA_DIR = "media"
+MASKS_DIR = "masks"
+
+
+@dataclass(frozen=True)
+class ValidationProblem:
+    """One thing wrong with a dataset folder.
+
+    ``row`` is the 0-based row of ``samples.parquet`` (None for file-level problems),
+    ``sample_id`` that row's id when readable, ``column`` the column concerned (or None),
+    ``severity`` "error" (``Dataset.open`` refuses the folder) or "warning".
+    """
+
+    row: int | None
+    sample_id: str | None
+    column: str | None
+    message: str
+    severity: str = "error"
+
+    def __str__(self) -> str:
+        prefix = "warning: " if self.severity == "warning" else ""
+        if self.row is None:
+            return f"{prefix}{self.message}"
+        sample = f" (sample {self.sample_id})" if self.sample_id else ""
+        return f"{prefix}row {self.row}{sample}: {self.message}"
+
+
+@dataclass
+class Inspection:
+    """What :func:`inspect_dataset` read, with the problems found."""
+
+    root: Path
+    problems: list[ValidationProblem] = field(default_factory=list)
+    config: dict[str, Any] | None = None
+    label_space: LabelSpace | None = None
+    backgrounds: list[str] | None = None
+    table: pa.Table | None = None  # cast to SCHEMA when the columns are all there and typed right
+
+    @property
+    def errors(self) -> list[ValidationProblem]:
+        return [p for p in self.problems if p.severity == "error"]
+
+
+def check_dataset(root: str | Path, *, deep: bool = False) -> list[ValidationProblem]:
+    """Every problem of the dataset folder at ``root`` (empty list = valid). See module docstring."""
+    return inspect_dataset(root, deep=deep).problems
+
+
+def safe_relpath(value: Any, folder: str) -> str | None:
+    """Why ``value`` is not a safe path under ``folder/`` of the dataset, or None when it is.
+
+    Safe = a relative POSIX path, no ``..``, no backslash, no empty parts, first part ``folder``.
+    A path escaping the dataset folder is never followed.
+    """
+    if not isinstance(value, str) or not value:
+        return "is empty"
+    if "\\" in value or value.startswith("/") or (len(value) > 1 and value[1] == ":"):
+        return f"{value!r} is not a relative POSIX path inside the dataset folder"
+    parts = PurePosixPath(value).parts
+    if any(part in ("..", ".", "") for part in parts) or "//" in value:
+        return f"{value!r} escapes the dataset folder (contains '..' or '.')"
+    if len(parts) < 2 or parts[0] != folder:
+        return f"{value!r} is not under {folder}/"
+    return None
+
+
+def _load_config(root: Path, out: Inspection) -> None:
+    path = root / CONFIG_FILE
+    problems = out.problems
+    if not path.is_file():
+        problems.append(ValidationProblem(
+            None, None, None,
+            f"{CONFIG_FILE} is missing: {root} is not a curate dataset (make one with Dataset.create)"))
+        return
+    try:
+        config = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        problems.append(ValidationProblem(None, None, None, f"{CONFIG_FILE} does not parse as YAML: {exc}"))
+        return
+    if not isinstance(config, dict):
+        problems.append(ValidationProblem(None, None, None, f"{CONFIG_FILE} is not a mapping"))
+        return
+    out.config = config
+    version = config.get("schema_version")
+    if version != S.SCHEMA_VERSION:
+        if isinstance(version, int) and version > S.SCHEMA_VERSION:
+            message = (f"{CONFIG_FILE}: schema_version {version} is newer than this curate understands "
+                       f"({S.SCHEMA_VERSION}); upgrade curate")
+        else:
+            message = f"{CONFIG_FILE}: schema_version is {version!r}, expected {S.SCHEMA_VERSION}"
+        problems.append(ValidationProblem(None, None, None, message))
+    if not isinstance(config.get("name"), str) or not config.get("name"):
+        problems.append(ValidationProblem(None, None, None, f"{CONFIG_FILE}: 'name' must be a non-empty string"))
+    try:
+        out.label_space = LabelSpace.from_config(config.get("label_space"))
+    except (ValueError, TypeError, OSError) as exc:
+        problems.append(ValidationProblem(None, None, None, f"{CONFIG_FILE}: label_space is invalid: {exc}"))
+    backgrounds = config.get("backgrounds")
+    message = background_problem(backgrounds)
+    if message:
+        problems.append(ValidationProblem(None, None, None, f"{CONFIG_FILE}: {message}"))
+    else:
+        out.backgrounds = list(backgrounds)
+    provenance = config.get("provenance", {})
+    if provenance is not None and not isinstance(provenance, dict):
+        problems.append(ValidationProblem(None, None, None, f"{CONFIG_FILE}: provenance must be a mapping"))
+
+
+def background_problem(backgrounds: Any) -> str | None:
+    """Why a background vocabulary is invalid, or None."""
+    if not isinstance(backgrounds, (list, tuple)) or not all(isinstance(b, str) and b.strip() for b in backgrounds):
+        return f"backgrounds must be a list of non-empty strings, got {backgrounds!r}"
+    duplicates = sorted({b for b in backgrounds if list(backgrounds).count(b) > 1})
+    if duplicates:
+        return f"backgrounds repeat {', '.join(duplicates)}"
+    return None
+
+
+def _load_table(root: Path, out: Inspection) -> tuple[pa.Table | None, set[str]]:
+    """The raw table and the set of columns present with a usable type."""
+    path = root / SAMPLES_FILE
+    problems = out.problems
+    if not path.is_file():
+        problems.append(ValidationProblem(None, None, None, f"{SAMPLES_FILE} is missing from {root}"))
+        return None, set()
+    try:
+        table = pq.read_table(path)
+    except Exception as exc:  # noqa: BLE001 - arrow raises several types for bad files
+        problems.append(ValidationProblem(None, None, None, f"{SAMPLES_FILE} cannot be read as parquet: {exc}"))
+        return None, set()
+    metadata = table.schema.metadata or {}
+    stored = metadata.get(S.PARQUET_VERSION_KEY)
+    if stored is None:
+        problems.append(ValidationProblem(
+            None, None, None,
+            f"{SAMPLES_FILE} carries no {S.PARQUET_VERSION_KEY.decode()} metadata (rewritten by another tool?)",
+            severity="warning"))
+    elif stored != str(S.SCHEMA_VERSION).encode():
+        problems.append(ValidationProblem(
+            None, None, None,
+            f"{SAMPLES_FILE}: schema version {stored.decode(errors='replace')} in its metadata, "
+            f"expected {S.SCHEMA_VERSION}"))
+    usable: set[str] = set()
+    names = table.column_names
+    for column in S.COLUMNS:
+        if column.name not in names:
+            problems.append(ValidationProblem(
+                None, None, column.name, f"{SAMPLES_FILE}: column '{column.name}' ({column.type}) is missing"))
+        elif not S.types_compatible(table.schema.field(column.name).type, column.type):
+            actual = table.schema.field(column.name).type
+            problems.append(ValidationProblem(
+                None, None, column.name,
+                f"{SAMPLES_FILE}: column '{column.name}' has type {actual}, expected {column.type}"))
+        else:
+            usable.add(column.name)
+    for name in names:
+        if name not in S.COLUMN_BY_NAME:
+            problems.append(ValidationProblem(
+                None, None, name,
+                f"{SAMPLES_FILE}: unknown column '{name}'; per-sample extras belong in the JSON column 'extra'"))
+    if names.count("sample_id") > 1 or len(set(names)) != len(names):
+        problems.append(ValidationProblem(None, None, None, f"{SAMPLES_FILE}: a column name repeats"))
+        usable.clear()
+    return table, usable
+
+
+def inspect_dataset(root: str | Path, *, deep: bool = False) -> Inspection:
+    """Read and check a dataset folder; the problems and, where readable, config and table."""
+    root = Path(root)
+    out = Inspection(root=root)
+    if not root.is_dir():
+        out.problems.append(ValidationProblem(None, None, None, f"{root} is not a folder"))
+        return out
+    _load_config(root, out)
+    table, usable = _load_table(root, out)
+    if table is not None:
+        _check_rows(root, table, usable, out, deep=deep)
+        if usable == set(S.COLUMN_NAMES) and len(table.column_names) == len(S.COLUMN_NAMES):
+            try:
+                out.table = table.select(list(S.COLUMN_NAMES)).cast(S.SCHEMA)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError) as exc:
+                out.problems.append(ValidationProblem(
+                    None, None, None, f"{SAMPLES_FILE} does not cast to the schema: {exc}"))
+    for name in (CHANGES_FILE, QUARANTINE_FILE):
+        _, bad = read_jsonl(root / name)
+        for number, error in bad:
+            out.problems.append(ValidationProblem(
+                None, None, None, f"{name} line {number} is {error} (a torn write?); it is skipped",
+                severity="warning"))
+    return out
+
+
+def _check_rows(root: Path, table: pa.Table, usable: set[str], out: Inspection, *, deep: bool) -> None:
+    problems = out.problems
+    vocab = S.Vocabulary(out.label_space, out.backgrounds)
+    cols = {name: table.column(name).to_pylist() for name in usable}
+    n = table.num_rows
+    ids = cols.get("sample_id", [None] * n)
+    first_id: dict[str, int] = {}
+    first_sha: dict[str, int] = {}
+
+    def add(row: int, column: str | None, message: str) -> None:
+        sid = ids[row] if isinstance(ids[row], str) else None
+        problems.append(ValidationProblem(row, sid, column, message))
+
+    ordered = [name for name in S.COLUMN_NAMES if name in usable]
+    for row in range(n):
+        for name in ordered:
+            value = cols[name][row]
+            message = S.check_value(name, value, vocab)
+            if message:
+                add(row, name, message)
+        sid = cols["sample_id"][row] if "sample_id" in cols else None
+        sha = cols["sha256"][row] if "sha256" in cols else None
+        if isinstance(sid, str) and sid:
+            if not (S.is_hex(sid) and S.SAMPLE_ID_LENGTH <= len(sid) <= 64):
+                add(row, "sample_id", f"sample_id {sid!r} is not 16-64 lowercase hex digits")
+            elif isinstance(sha, str) and not sha.startswith(sid):
+                add(row, "sample_id", f"sample_id {sid} is not the start of its sha256 {sha[:16]}…")
+            if sid in first_id:
+                add(row, "sample_id", f"duplicate sample_id {sid} (first at row {first_id[sid]})")
+            else:
+                first_id[sid] = row
+        if isinstance(sha, str) and sha:
+            if not S.is_hex(sha, 64):
+                add(row, "sha256", f"sha256 {sha!r} is not 64 lowercase hex digits")
+            elif sha in first_sha:
+                if not (isinstance(sid, str) and first_id.get(sid, row) != row):  # not already reported
+                    add(row, "sha256", f"same image content (sha256) as row {first_sha[sha]}")
+            else:
+                first_sha[sha] = row
+        _check_files(root, row, cols, add, deep)
+        if "class_index" in cols and "class_name" in cols and out.label_space is not None:
+            index, name = cols["class_index"][row], cols["class_name"][row]
+            if index is None and name is not None:
+                add(row, "class_index", f"class_name {name!r} is set but class_index is null")
+            elif isinstance(index, int) and 0 <= index < len(out.label_space):
+                expected = out.label_space.names[index]
+                if name != expected:
+                    add(row, "class_name", f"class_name {name!r} is not the name of class {index} ({expected!r})")
+
+
+def _check_files(root: Path, row: int, cols: dict[str, list], add, deep: bool) -> None:
+    """Image and mask files of one row: safe paths, present, sizes (and hashes when deep)."""
+
+    def cell(name: str) -> Any:
+        return cols[name][row] if name in cols else None
+
+    width, height = cell("width"), cell("height")
+    size = (width, height) if isinstance(width, int) and isinstance(height, int) else None
+    if "filepath" in cols:
+        rel = cols["filepath"][row]
+        why = safe_relpath(rel, MEDIA_DIR)
+        if why:
+            add(row, "filepath", f"filepath {why}")
+        else:
+            sha = cell("sha256")
+            if isinstance(sha, str) and S.is_hex(sha, 64):
+                suffix = PurePosixPath(rel).suffix
+                if rel != S.media_relpath(sha, suffix.lstrip(".")):
+                    add(row, "filepath", f"filepath {rel!r} does not match its sha256 "
+                                         f"(expected media/{sha[:2]}/{sha}{suffix})")
+            path = root / rel
+            if not path.is_file():
+                add(row, "filepath", f"image file {rel} is missing")
+            elif deep:
+                try:
+                    data = path.read_bytes()
+                    if isinstance(sha, str) and hashlib.sha256(data).hexdigest() != sha:
+                        add(row, "sha256", f"image file {rel} does not hash to its sha256 (modified?)")
+                    actual = image_size(path)
+                    if size and actual != size:
+                        add(row, "width", f"image file {rel} is {actual[0]}x{actual[1]}, "
+                                          f"the row says {size[0]}x{size[1]}")
+                except Exception as exc:  # noqa: BLE001
+                    add(row, "filepath", f"image file {rel} does not read: {exc}")
+    if "mask_path" in cols and cols["mask_path"][row] is not None:
+        rel = cols["mask_path"][row]
+        why = safe_relpath(rel, MASKS_DIR)
+        if why:
+            add(row, "mask_path", f"mask_path {why}")
+        else:
+            path = root / rel
+            if not path.is_file():
+                add(row, "mask_path", f"mask file {rel} is missing")
+            else:
+                try:
+                    actual = image_size(path)
+                except Exception as exc:  # noqa: BLE001
+                    add(row, "mask_path", f"mask file {rel} does not read as an image: {exc}")
+                else:
+                    if size and actual != size:
+                        add(row, "mask_path", f"mask {rel} is {actual[0]}x{actual[1]} but the image is "
+                                              f"{size[0]}x{size[1]}")

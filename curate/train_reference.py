@@ -1,0 +1,263 @@
+"""Train the tiny reference CLIP on a synthetic world, and measure its shortcut.
+
+This is papers/003 §4 (and App. D) on our own data: a CLIP trained with the contrastive
+objective on captions that name only the object ("a photo of a {class}.") picks up the
+background when the background is correlated with the class in its training data. The model
+is the offline stand-in for a pretrained CLIP in the demo and in tests.
+
+Objective. CLIP's symmetric InfoNCE (Radford et al. 2021) over a batch of image-caption
+pairs, with one adaptation: the world has only K distinct captions, so a batch of B images
+holds many copies of each caption. Copies would be false negatives for one another, so we
+encode the K unique captions once per step and use
+
+    L = 1/2 [ CE_i(s * <f(x_i), g(t_{y_i})>  over the K captions)
+              + mean_k ( -mean_{i: y_i = k} log softmax_i(s * <f(x_i), g(t_k)>) ) ]
+
+i.e. image-to-text cross-entropy over the unique captions, and text-to-image with all images
+of the caption's class as positives; ``s`` is CLIP's learned logit scale. Both are the CLIP
+loss when captions are unique.
+
+Evaluation (the shortcut report). Zero-shot 1-vs-K accuracy of the trained model on a fresh,
+*uncorrelated* world (p = 1/B, a different seed), split into images whose background is the
+class's common background ("aligned") and the rest ("conflicting"). The gap aligned -
+conflicting measures how much the model relies on the background (the paper's drop).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from curate.collect.synthetic import WorldSpec, generate_world
+
+logger = logging.getLogger(__name__)
+
+CAPTION_TEMPLATE = "a photo of a {}."
+DEFAULT_ARCH = "curate-tiny-clip-rn"
+CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
+CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
+
+
+@dataclass
+class TrainConfig:
+    """Settings of one reference-CLIP training run (all recorded in the weights file)."""
+
+    arch: str = DEFAULT_ARCH
+    steps: int = 300
+    batch_size: int = 128
+    lr: float = 1e-3
+    weight_decay: float = 0.1
+    warmup: int = 30
+    seed: int = 0
+    threads: int = 2
+    caption_template: str = CAPTION_TEMPLATE
+
+
+@dataclass
+class TrainResult:
+    path: Path
+    losses: list[float]
+    seconds: float
+    config: TrainConfig
+    class_names: list[str]
+    meta: dict = field(default_factory=dict)
+
+
+def _to_tensor(images: np.ndarray) -> torch.Tensor:
+    """uint8 (N, H, W, 3) -> normalised float (N, 3, H, W) with CLIP's mean/std."""
+    x = torch.from_numpy(images).permute(0, 3, 1, 2).float().div_(255.0)
+    mean = torch.tensor(CLIP_MEAN).view(1, 3, 1, 1)
+    std = torch.tensor(CLIP_STD).view(1, 3, 1, 1)
+    return (x - mean) / std
+
+
+def clip_loss_unique_captions(
+    image_features: torch.Tensor, text_features: torch.Tensor, labels: torch.Tensor, logit_scale: torch.Tensor
+) -> torch.Tensor:
+    """CLIP's symmetric contrastive loss with K unique captions (see the module docstring).
+
+    Args:
+        image_features: (B, D) L2-normalised image embeddings.
+        text_features: (K, D) L2-normalised embeddings of the K unique captions.
+        labels: (B,) caption index of each image.
+        logit_scale: CLIP's learned log-scale (exp'd here, clamped at 100 as in CLIP).
+    """
+    scale = logit_scale.exp().clamp(max=100.0)
+    logits = scale * image_features @ text_features.t()  # (B, K)
+    image_to_text = F.cross_entropy(logits, labels)
+    log_p_images = F.log_softmax(logits.t(), dim=1)  # (K, B): each caption over the batch's images
+    positives = F.one_hot(labels, num_classes=text_features.shape[0]).t().float()  # (K, B)
+    present = positives.sum(dim=1) > 0
+    text_to_image = -((log_p_images * positives).sum(dim=1)[present] / positives.sum(dim=1)[present]).mean()
+    return 0.5 * (image_to_text + text_to_image)
+
+
+def train_reference_clip(
+    images: np.ndarray,
+    labels: np.ndarray,
+    class_names: Sequence[str],
+    out_path: Path,
+    config: TrainConfig | None = None,
+    meta: dict | None = None,
+    progress: Callable[[int, float], None] | None = None,
+) -> TrainResult:
+    """Train ``config.arch`` from random weights on (images, labels) and save it to ``out_path``.
+
+    The file holds ``{"state_dict": ..., "curate": {...}}`` where the ``curate`` entry records
+    the arch, the class names, the caption template, the training config and ``meta`` (e.g.
+    the world spec); the models layer reads the arch from it. Writing is atomic.
+    """
+    import open_clip
+
+    from curate.models.tiny import register_tiny_configs
+
+    config = config or TrainConfig()
+    register_tiny_configs()
+    torch.set_num_threads(config.threads)
+    torch.manual_seed(config.seed)
+    generator = np.random.default_rng(config.seed)
+
+    model = open_clip.create_model(config.arch, pretrained=None)
+    model.train()
+    tokenizer = open_clip.get_tokenizer(config.arch)
+    tokens = tokenizer([config.caption_template.format(name) for name in class_names])
+    x_all = _to_tensor(images)
+    y_all = torch.from_numpy(np.asarray(labels, dtype=np.int64))
+    if x_all.shape[-1] != _image_size(model):
+        x_all = F.interpolate(x_all, size=_image_size(model), mode="bilinear", antialias=True, align_corners=False)
+
+    decay = [p for n, p in model.named_parameters() if p.ndim >= 2 and "embedding" not in n]
+    no_decay = [p for n, p in model.named_parameters() if not (p.ndim >= 2 and "embedding" not in n)]
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=config.lr, betas=(0.9, 0.98), eps=1e-6,
+    )
+
+    def lr_at(step: int) -> float:  # linear warm-up, cosine decay (as in open_clip's training)
+        if step < config.warmup:
+            return config.lr * (step + 1) / config.warmup
+        t = (step - config.warmup) / max(1, config.steps - config.warmup)
+        return 0.5 * config.lr * (1 + math.cos(math.pi * t))
+
+    losses: list[float] = []
+    start = time.perf_counter()
+    n = len(x_all)
+    for step in range(config.steps):
+        for group in optimizer.param_groups:
+            group["lr"] = lr_at(step)
+        idx = torch.from_numpy(generator.choice(n, size=min(config.batch_size, n), replace=False))
+        x = x_all[idx]
+        flip = torch.from_numpy(generator.random(len(idx)) < 0.5)
+        x[flip] = x[flip].flip(-1)  # horizontal flips: the only augmentation
+        image_features = F.normalize(model.encode_image(x), dim=-1)
+        text_features = F.normalize(model.encode_text(tokens), dim=-1)
+        loss = clip_loss_unique_captions(image_features, text_features, y_all[idx], model.logit_scale)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        with torch.no_grad():
+            model.logit_scale.clamp_(0, math.log(100))
+        losses.append(loss.item())
+        if progress is not None:
+            progress(step, losses[-1])
+    seconds = time.perf_counter() - start
+
+    payload = {
+        "state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()},
+        "curate": {
+            "format": "curate-reference-clip/1",
+            "arch": config.arch,
+            "class_names": list(class_names),
+            "caption_template": config.caption_template,
+            "train_config": asdict(config),
+            "final_loss": losses[-1] if losses else None,
+            "train_seconds": round(seconds, 1),
+            "meta": meta or {},
+        },
+    }
+    out_path = Path(out_path)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out_path.with_name(out_path.name + ".tmp")
+    torch.save(payload, tmp)
+    tmp.replace(out_path)
+    return TrainResult(out_path, losses, seconds, config, list(class_names), meta or {})
+
+
+def _image_size(model: torch.nn.Module) -> int:
+    size = model.visual.image_size
+    return int(size[0] if isinstance(size, (tuple, list)) else size)
+
+
+def world_arrays(spec: WorldSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
+    """Generate ``spec`` in memory: images (N,H,W,3) uint8, labels, aligned flags, class names."""
+    samples = list(generate_world(spec))
+    images = np.stack([s.image for s in samples])
+    labels = np.array([spec.classes.index(s.cls) for s in samples])
+    aligned = np.array([s.aligned for s in samples])
+    return images, labels, aligned, [c.name for c in spec.classes]
+
+
+@torch.no_grad()
+def zero_shot_predict(
+    model: torch.nn.Module, tokenizer: Callable, images: np.ndarray, class_names: Sequence[str],
+    template: str = CAPTION_TEMPLATE, batch_size: int = 256,
+) -> np.ndarray:
+    """1-vs-K zero-shot predictions: argmax_k <f(x), g(template(k))> with normalised embeddings."""
+    model.eval()
+    text = F.normalize(model.encode_text(tokenizer([template.format(n) for n in class_names])), dim=-1)
+    x_all = _to_tensor(images)
+    if x_all.shape[-1] != _image_size(model):
+        x_all = F.interpolate(x_all, size=_image_size(model), mode="bilinear", antialias=True, align_corners=False)
+    preds = []
+    for start in range(0, len(x_all), batch_size):
+        feats = F.normalize(model.encode_image(x_all[start:start + batch_size]), dim=-1)
+        preds.append((feats @ text.t()).argmax(dim=1).numpy())
+    return np.concatenate(preds)
+
+
+@dataclass
+class ShortcutReport:
+    """Zero-shot accuracy on aligned vs conflicting backgrounds (percent)."""
+
+    aligned_acc: float
+    conflicting_acc: float
+    n_aligned: int
+    n_conflicting: int
+
+    @property
+    def gap(self) -> float:
+        return self.aligned_acc - self.conflicting_acc
+
+
+def shortcut_report(predictions: np.ndarray, labels: np.ndarray, aligned: np.ndarray) -> ShortcutReport:
+    """Accuracy (%) on images with the class's common background vs on the others.
+
+    Balanced over classes like the paper's ACC (App. C.3): the mean over classes of each
+    class's accuracy within the subset (classes absent from a subset are skipped).
+    """
+    def balanced(mask: np.ndarray) -> float:
+        accs = [np.mean(predictions[mask & (labels == c)] == c) for c in np.unique(labels) if np.any(mask & (labels == c))]
+        return float(100.0 * np.mean(accs)) if accs else float("nan")
+
+    return ShortcutReport(balanced(aligned), balanced(~aligned), int(aligned.sum()), int((~aligned).sum()))
+
+
+def file_digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with Path(path).open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def save_json(path: Path, data: dict) -> None:
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
