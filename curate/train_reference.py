@@ -52,7 +52,7 @@ class TrainConfig:
     """Settings of one reference-CLIP training run (all recorded in the weights file)."""
 
     arch: str = DEFAULT_ARCH
-    steps: int = 300
+    steps: int = 250
     batch_size: int = 128
     lr: float = 1e-3
     weight_decay: float = 0.1
@@ -126,7 +126,10 @@ def train_reference_clip(
     torch.manual_seed(config.seed)
     generator = np.random.default_rng(config.seed)
 
-    model = open_clip.create_model(config.arch, pretrained=None)
+    from curate.models.clip import _quiet_random_init
+
+    with _quiet_random_init():  # random init is the point here; open_clip's warning would mislead
+        model = open_clip.create_model(config.arch, pretrained=None)
     model.train()
     tokenizer = open_clip.get_tokenizer(config.arch)
     tokens = tokenizer([config.caption_template.format(name) for name in class_names])
@@ -261,3 +264,38 @@ def file_digest(path: Path) -> str:
 
 def save_json(path: Path, data: dict) -> None:
     path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def dataset_arrays(ds, *, status: str | None = "accepted") -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str], list[int]]:
+    """Images, labels and aligned flags of a synthetic dataset folder, for training/evaluation.
+
+    Returns (images (N,H,W,3) uint8, labels (N,) indices into ``class_names``, aligned (N,),
+    class_names, class_indices) where ``class_indices`` are the classes' ImageNet-1K indices.
+    Aligned = the sample's background is its class's common background (from the world spec).
+    """
+    from curate.collect.synthetic import world_spec_of
+
+    spec = world_spec_of(ds)
+    common = {c.imagenet_index: c.common_background for c in spec.classes}
+    order = [c.imagenet_index for c in spec.classes]
+    rows = ds.rows(status=status) if status else ds.rows()
+    if not rows:
+        raise ValueError(f"{ds.root}: no samples with status {status!r} to train on")
+    images, labels, aligned = [], [], []
+    for row in rows:
+        if row["class_index"] not in common:
+            raise ValueError(f"{ds.root}: sample {row['sample_id']} has class {row['class_index']} outside the world")
+        images.append(np.asarray(ds.load_image(row["sample_id"]), dtype=np.uint8))
+        labels.append(order.index(row["class_index"]))
+        aligned.append(row["background"] == common[row["class_index"]])
+    return np.stack(images), np.array(labels), np.array(aligned), [c.name for c in spec.classes], order
+
+
+def evaluate_shortcut(weights: Path, ds, *, batch_size: int = 256) -> ShortcutReport:
+    """Load ``weights`` through the models layer and report aligned vs conflicting accuracy on ``ds``."""
+    from curate.models import load_model
+
+    model = load_model("auto", Path(weights))
+    images, labels, aligned, class_names, _ = dataset_arrays(ds)
+    predictions = zero_shot_predict(model.module, model.tokenizer, images, class_names, batch_size=batch_size)
+    return shortcut_report(predictions, labels, aligned)

@@ -4,10 +4,14 @@ Registered with ``open_clip.add_model_config`` so that ``open_clip.create_model(
 every curate loader accept them like any built-in architecture. They are small enough to run
 (and, for ``curate-tiny-clip``, to train) on two CPU cores; weights start random.
 
-- ``curate-tiny-clip``: the reference CLIP trained on the synthetic world (``curate
-  train-reference``). ViT image tower, 48 px input, patch 8 (36 tokens), width 128, 4 layers;
-  text tower width 128, 2 layers, context 16 (the captions "a photo of a {class}." fit in 16
-  BPE tokens); joint embedding 64.
+- ``curate-tiny-clip-rn``: the reference CLIP trained on the synthetic world (``curate
+  train-reference``): a ModifiedResNet image tower (48 px, width 32, one block per stage) and
+  a text tower of width 128, 2 layers, context 16 (the captions "a photo of a {class}." fit in
+  16 BPE tokens); joint embedding 64. Measured here: 250 steps of batch 128 take ~100 s on one
+  core and learn the shapes (89% zero-shot on an uncorrelated world) where the ViT below, at
+  the same budget, reached 42%: convolutions learn silhouettes far faster from little data.
+- ``curate-tiny-clip``: the same text tower with a ViT image tower (48 px, patch 8, 36
+  tokens, width 128, 4 layers), for ViT code paths (attention maps, token grids).
 - ``curate-tiny-vit``: an even smaller ViT CLIP (32 px, patch 8) for unit tests.
 - ``curate-tiny-rn``: a ModifiedResNet image tower (32 px) so ResNet code paths get tested.
 """
@@ -37,7 +41,7 @@ TINY_CONFIGS: dict[str, dict[str, Any]] = {
     },
     "curate-tiny-clip-rn": {
         "embed_dim": 64,
-        "vision_cfg": {"image_size": 64, "layers": [1, 1, 1, 1], "width": 32, "head_width": 32},
+        "vision_cfg": {"image_size": 48, "layers": [1, 1, 1, 1], "width": 32, "head_width": 32},
         "text_cfg": TINY_TEXT_CFG,
     },
     "curate-tiny-rn": {

@@ -1,0 +1,89 @@
+"""The tiny reference CLIP: its loss, its file, its shortcut report, and (slow) the demo's claim."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from curate.collect.synthetic import DEFAULT_CLASSES, WorldSpec, collect_synthetic
+from curate.models import load_model
+from curate.train_reference import (
+    TrainConfig, clip_loss_unique_captions, dataset_arrays, evaluate_shortcut, shortcut_report, train_reference_clip,
+    world_arrays,
+)
+
+
+def test_loss_equals_clip_loss_when_captions_are_unique() -> None:
+    torch.manual_seed(0)
+    img = F.normalize(torch.randn(5, 8), dim=-1)
+    txt = F.normalize(torch.randn(5, 8), dim=-1)
+    scale = torch.tensor(np.log(10.0))
+    logits = 10.0 * img @ txt.t()
+    labels = torch.arange(5)
+    expected = 0.5 * (F.cross_entropy(logits, labels) + F.cross_entropy(logits.t(), labels))
+    assert torch.allclose(clip_loss_unique_captions(img, txt, labels, scale), expected, atol=1e-6)
+
+
+def test_loss_with_repeated_captions_uses_all_images_of_a_class_as_positives() -> None:
+    img = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
+    txt = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    labels = torch.tensor([0, 0, 1])
+    loss = clip_loss_unique_captions(img, txt, labels, torch.tensor(np.log(100.0)))
+    # image->text: all correct by a margin of 100 -> ~0; text->image: caption 0 splits its mass
+    # between its two identical images (-log 1/2 each), caption 1 has one positive (~0).
+    assert loss.item() == pytest.approx(0.5 * (0.0 + 0.5 * np.log(2)), abs=1e-3)
+
+
+def test_shortcut_report_is_balanced_over_classes() -> None:
+    labels = np.array([0, 0, 0, 0, 1, 1])
+    aligned = np.array([True, True, False, False, True, False])
+    preds = np.array([0, 0, 1, 0, 1, 0])
+    report = shortcut_report(preds, labels, aligned)
+    assert report.aligned_acc == pytest.approx(100.0)  # class 0: 2/2, class 1: 1/1
+    assert report.conflicting_acc == pytest.approx(25.0)  # class 0: 1/2, class 1: 0/1 -> mean 25
+    assert report.gap == pytest.approx(75.0) and (report.n_aligned, report.n_conflicting) == (3, 3)
+
+
+def test_short_training_writes_a_file_the_models_layer_loads(tmp_path) -> None:
+    spec = WorldSpec(classes=DEFAULT_CLASSES[:3], per_class=8, image_size=48, seed=0)
+    root = collect_synthetic(tmp_path / "world", spec).root
+    from curate.store import Dataset
+
+    images, labels, aligned, names, order = dataset_arrays(Dataset.open(root))
+    assert images.shape == (24, 48, 48, 3) and order == [c.imagenet_index for c in spec.classes]
+    out = tmp_path / "ref.pt"
+    result = train_reference_clip(images, labels, names, out, TrainConfig(steps=3, batch_size=16, warmup=1))
+    assert out.exists() and not list(tmp_path.glob("*.tmp")) and len(result.losses) == 3
+    model = load_model("auto", out)
+    assert model.kind == "clip" and model.info["arch"] == "curate-tiny-clip-rn"
+    meta = torch.load(out, weights_only=True)["curate"]
+    assert meta["class_names"] == names and meta["train_config"]["steps"] == 3
+    report = evaluate_shortcut(out, Dataset.open(root))
+    assert report.n_aligned + report.n_conflicting == 24
+
+
+def test_training_is_repeatable_for_a_seed(tmp_path) -> None:
+    images, labels, _, names = world_arrays(WorldSpec(classes=DEFAULT_CLASSES[:2], per_class=8, image_size=48))
+    config = TrainConfig(steps=2, batch_size=8, warmup=1, seed=7)
+    a = train_reference_clip(images, labels, names, tmp_path / "a.pt", config).losses
+    b = train_reference_clip(images, labels, names, tmp_path / "b.pt", config).losses
+    assert a == b
+
+
+@pytest.mark.slow
+def test_demo_plants_a_shortcut_only_when_correlated(tmp_path) -> None:
+    """The paper's §4 claim on our world: p = 0.9 gives a large aligned-conflicting gap, p = 1/B not.
+
+    This trains the demo's two models (about 2 minutes on 2 cores) with the demo's own settings.
+    """
+    from curate.demo import run_demo
+
+    rows = {row.world: row.report for row in run_demo(tmp_path / "demo")}
+    correlated, uncorrelated = rows["p=0.9"], rows["uncorrelated"]
+    assert correlated.gap > 30.0, correlated
+    assert abs(uncorrelated.gap) < 15.0, uncorrelated
+    assert uncorrelated.conflicting_acc > 60.0, "the uncorrelated model must learn the shapes"
+    again = run_demo(tmp_path / "demo")  # reuses worlds and weights, same numbers
+    assert all(not row.trained for row in again)
+    assert {row.world: row.report for row in again} == rows
