@@ -76,7 +76,6 @@ def run_demo(
     on_step: Callable[[str, int, int, float], None] | None = None,
 ) -> list[DemoRow]:
     """Run the demo in ``workdir`` (idempotent: worlds and weights are reused when unchanged)."""
-    from curate.store import Dataset
 
     settings = settings or DemoSettings()
     workdir = Path(workdir)

@@ -24,8 +24,6 @@ conflicting measures how much the model relies on the background (the paper's dr
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import math
 import time
@@ -252,18 +250,6 @@ def shortcut_report(predictions: np.ndarray, labels: np.ndarray, aligned: np.nda
         return float(100.0 * np.mean(accs)) if accs else float("nan")
 
     return ShortcutReport(balanced(aligned), balanced(~aligned), int(aligned.sum()), int((~aligned).sum()))
-
-
-def file_digest(path: Path) -> str:
-    h = hashlib.sha256()
-    with Path(path).open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def save_json(path: Path, data: dict) -> None:
-    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 def dataset_arrays(ds, *, status: str | None = "accepted") -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str], list[int]]:

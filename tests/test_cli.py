@@ -1,7 +1,6 @@
 """The CLI as a user runs it: create, collect synthetic, info, check, train-reference, models."""
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 

@@ -1,0 +1,86 @@
+"""The ``curate`` command line: a thin shell over library calls.
+
+Every verb parses its options, calls one library function and renders the result (rich
+tables, progress bars). Errors from the library (bad input, damaged folders, missing weights)
+are shown as one clear message and a non-zero exit, not a traceback; ``--debug`` shows it.
+
+Layout: this module holds the ``main`` group and shared helpers (:func:`out`, :func:`err`,
+:func:`progress`); each verb or group of verbs lives in its own module of this package
+(``dataset``, ``collect``, ``models``, ``demo``, ...), imported by :func:`_load_commands`, so
+a new stage adds a module without touching the others.
+"""
+from __future__ import annotations
+
+import logging
+import importlib
+import pkgutil
+import sys
+from typing import Any
+
+import click
+from rich.console import Console
+
+from curate import __version__
+
+console = Console()
+err_console = Console(stderr=True)
+logger = logging.getLogger("curate")
+
+
+class CurateGroup(click.Group):
+    """Turns library errors into a one-line message and exit code 1 (``--debug`` re-raises)."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.Abort, KeyboardInterrupt):
+            raise
+        except Exception as error:  # noqa: BLE001 - the CLI boundary
+            if ctx.obj and ctx.obj.get("debug"):
+                raise
+            err_console.print(f"[bold red]error:[/] {type(error).__name__}: {error}")
+            sys.exit(1)
+
+
+@click.group(cls=CurateGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="curate")
+@click.option("--debug", is_flag=True, help="Show full tracebacks.")
+@click.option("-v", "--verbose", count=True, help="More logging (-v info, -vv debug).")
+@click.pass_context
+def main(ctx: click.Context, debug: bool, verbose: int) -> None:
+    """Build and score CounterAnimal-style spurious-feature benchmarks."""
+    global console, err_console
+    # made per invocation so COLUMNS and the terminal are read now (tests set them per run)
+    console, err_console = Console(soft_wrap=True), Console(stderr=True, soft_wrap=True)
+    ctx.ensure_object(dict)
+    ctx.obj["debug"] = debug
+    level = logging.WARNING - 10 * min(verbose, 2)
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+
+
+def out() -> Console:
+    """The console for results (stdout)."""
+    return console
+
+
+def err() -> Console:
+    """The console for progress and messages (stderr)."""
+    return err_console
+
+
+def progress():
+    """A rich progress bar on stderr (counts, elapsed time) for long work."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    console=err_console, transient=False)
+
+
+def _load_commands() -> None:
+    """Import every command module of this package (each registers its verbs on ``main``)."""
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if not info.name.startswith("_"):
+            importlib.import_module(f"{__name__}.{info.name}")
+
+
+_load_commands()

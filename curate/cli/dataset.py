@@ -1,0 +1,77 @@
+"""Dataset verbs: create, info, check."""
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from pathlib import Path
+
+import click
+from rich.table import Table
+
+from curate.cli import main, out
+
+
+@main.command()
+@click.argument("directory", type=click.Path(path_type=Path))
+@click.option("--name", help="Dataset name (default: the folder's name).")
+@click.option("--label-space", default="imagenet1k", show_default=True,
+              help="'imagenet1k' or a text file with one class name per line (e.g. COCO categories).")
+@click.option("--backgrounds", help="Comma-separated background vocabulary (default: the paper's 14).")
+@click.option("--recipe", help="A recipe name recorded in dataset.yaml (e.g. counteranimal).")
+def create(directory: Path, name: str | None, label_space: str, backgrounds: str | None, recipe: str | None) -> None:
+    """Create an empty dataset folder."""
+    from curate.labels import LabelSpace
+    from curate.store import Dataset
+
+    space = None
+    if label_space != "imagenet1k":
+        path = Path(label_space)
+        if not path.is_file():
+            raise click.BadParameter(f"{label_space!r} is neither 'imagenet1k' nor a file", param_hint="--label-space")
+        names = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip() and not line.startswith("#")]
+        space = LabelSpace.from_names(path.stem, names)
+    vocab = [b.strip() for b in backgrounds.split(",") if b.strip()] if backgrounds else None
+    ds = Dataset.create(directory, name=name or directory.name, label_space=space, backgrounds=vocab, recipe=recipe)
+    out().print(f"created [bold]{ds.root}[/] ({len(ds.label_space)} classes, {len(ds.backgrounds)} backgrounds)")
+
+
+@main.command()
+@click.argument("directory", type=click.Path(path_type=Path, exists=True, file_okay=False))
+def info(directory: Path) -> None:
+    """Counts per class, background, group, status and licence."""
+    from curate.store import Dataset, summarize
+
+    ds = Dataset.open(directory)
+    counts = summarize(ds)
+    out().print(f"[bold]{ds.config.get('name', directory.name)}[/] — {len(ds)} samples, label space "
+                  f"'{ds.label_space.name}' ({len(ds.label_space)} classes), schema v{ds.config.get('schema_version')}")
+    for key in ("class", "background", "group", "status", "license", "source"):
+        if key in counts:
+            out().print(_counter_table(key, counts[key]))
+
+
+def _counter_table(title: str, counter: Counter) -> Table:
+    table = Table(title=title, title_justify="left", show_edge=False)
+    table.add_column(title)
+    table.add_column("n", justify="right")
+    for value, n in sorted(counter.items(), key=lambda kv: (-kv[1], str(kv[0]))):
+        table.add_row("—" if value is None else str(value), str(n))
+    return table
+
+
+@main.command()
+@click.argument("directory", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.option("--deep", is_flag=True, help="Also re-hash every image against its recorded sha256.")
+def check(directory: Path, deep: bool) -> None:
+    """List every problem of a dataset folder; exit 1 when there is any error."""
+    from curate.store import check_dataset
+
+    problems = check_dataset(directory, deep=deep)
+    errors = [p for p in problems if getattr(p, "severity", "error") == "error"]
+    for problem in problems:
+        colour = "red" if problem in errors else "yellow"
+        out().print(f"[{colour}]{getattr(problem, 'severity', 'error')}[/] {problem}")
+    if errors:
+        out().print(f"[bold red]{len(errors)} error(s)[/] in {directory}")
+        sys.exit(1)
+    out().print(f"[green]ok[/] {directory}" + (f" ({len(problems)} warning(s))" if problems else ""))
