@@ -5,6 +5,9 @@
 2. Train (or reuse) the tiny reference CLIP on each training world.
 3. Score both zero-shot on the evaluation world, split into images whose background is the
    class's common one ("aligned") and the rest ("conflicting"), and print the table.
+4. Evaluate both with the evaluation engine (papers/003 §3): the evaluation world's groups are
+   set from the ground truth (easy = common background), then 1-vs-1000 with the paper's
+   prompt and 1-vs-K over the world's classes; ``compare`` writes Table 2 and Fig. 2.
 
 A CLIP that learned the shortcut scores high on aligned and low on conflicting images; the
 one trained without the correlation shows a small gap. Later stages (split, evaluate,
@@ -33,6 +36,24 @@ class DemoRow:
     report: ShortcutReport
     trained: bool
     train_seconds: float
+
+
+@dataclass
+class DemoEvaluation:
+    label_space: str
+    model: str
+    easy: float
+    hard: float
+    drop: float
+    drop_ci: list
+    run_dir: Path
+
+
+@dataclass
+class DemoResult:
+    shortcut: list[DemoRow]
+    evaluations: list[DemoEvaluation]
+    compare_dir: Path | None
 
 
 @dataclass
@@ -113,6 +134,38 @@ def run_demo(
         report = evaluate_shortcut(job["weights"], eval_ds)
         rows.append(DemoRow(job["label"], job["spec"].p, job["weights"], report, not job["reuse"], job["seconds"]))
     return rows
+
+
+def run_full_demo(workdir: Path, settings: DemoSettings | None = None, **callbacks) -> DemoResult:
+    """:func:`run_demo`, then the evaluation engine on the evaluation world (step 4)."""
+    from curate.collect.synthetic import assign_truth_groups
+    from curate.compare import compare_runs
+    from curate.evaluate import EvalSettings, ModelSpec, evaluate_model
+    from curate.store import Dataset
+
+    workdir = Path(workdir)
+    shortcut = run_demo(workdir, settings, **callbacks)
+    say = callbacks.get("on_stage") or (lambda message: logger.info(message))
+    eval_ds = Dataset.open(workdir / "world-eval")
+    assign_truth_groups(eval_ds)
+    say("evaluation world: groups from the ground truth (easy = the class's common background)")
+    names = [eval_ds.label_space.name_of(c) for c in sorted({r["class_index"] for r in eval_ds.rows()})]
+    world_labels = workdir / "labels-world.txt"
+    world_labels.write_text("".join(f"{eval_ds.label_space.resolve(n)}  # {n}\n" for n in names))
+    evaluations = []
+    for label_space in ("imagenet1k", str(world_labels)):
+        for row in shortcut:
+            spec = ModelSpec("auto", str(row.weights))
+            name = f"demo-{row.world.replace('=', '')}-{'1v1000' if label_space == 'imagenet1k' else '1v' + str(len(names))}"
+            result = evaluate_model(eval_ds.root, spec, EvalSettings(label_space=label_space, bootstrap=1000),
+                                    run_name=name, overwrite=True)
+            m = result.metrics
+            evaluations.append(DemoEvaluation(
+                "1 vs 1000" if label_space == "imagenet1k" else f"1 vs {len(names)} (world classes)", row.world,
+                m["groups"]["easy"]["acc1_balanced"], m["groups"]["hard"]["acc1_balanced"], m["drop"]["acc1"],
+                m["drop"]["acc1_ci95"], result.run_dir))
+    _, compare_dir = compare_runs(eval_ds.root, runs=[e.run_dir.name for e in evaluations])
+    return DemoResult(shortcut, evaluations, compare_dir)
 
 
 def _train_one(images, labels, names, weights, config, meta, label, queue) -> float:

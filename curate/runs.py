@@ -30,6 +30,16 @@ def run_name(kind: str, label: str) -> str:
     return f"{kind}-{slug(label)}-{stamp}"
 
 
+def unique_run_name(dataset_root: Path, name: str) -> str:
+    """``name``, or ``name-2``, ``name-3``... when a run of that name exists."""
+    folder = Path(dataset_root) / RUNS_DIR
+    candidate, n = name, 1
+    while (folder / candidate).exists():
+        n += 1
+        candidate = f"{name}-{n}"
+    return candidate
+
+
 def create_run(dataset_root: Path, name: str, config: dict[str, Any], *, overwrite: bool = False) -> Path:
     """Make ``dataset_root/runs/<name>/`` and write ``config.json`` there.
 

@@ -15,7 +15,7 @@ from curate.cli import main, out, progress
 @click.option("--steps", type=int, default=None, help="Training steps per model (default: the measured demo setting).")
 def demo(workdir: Path, steps: int | None) -> None:
     """Offline demo: synthetic worlds, the tiny reference CLIP, and its background shortcut."""
-    from curate.demo import DemoSettings, run_demo
+    from curate.demo import DemoSettings, run_full_demo
 
     settings = DemoSettings()
     if steps:
@@ -28,7 +28,8 @@ def demo(workdir: Path, steps: int | None) -> None:
                 tasks[label] = bar.add_task(f"train {label}", total=total)
             bar.update(tasks[label], completed=step, description=f"train {label} loss {loss:.3f}")
 
-        rows = run_demo(workdir, settings, on_stage=lambda m: bar.out().print(f"• {m}"), on_step=on_step)
+        result = run_full_demo(workdir, settings, on_stage=lambda m: bar.console.print(f"• {m}"), on_step=on_step)
+    rows = result.shortcut
     table = Table(title="zero-shot accuracy of the tiny reference CLIP on an uncorrelated evaluation world (balanced, %)",
                   title_justify="left")
     for column, justify in (("trained on", "left"), ("p", "right"), ("aligned bg", "right"),
@@ -39,4 +40,13 @@ def demo(workdir: Path, steps: int | None) -> None:
         table.add_row(row.world, f"{row.p:.3f}", f"{r.aligned_acc:.1f}", f"{r.conflicting_acc:.1f}", f"{r.gap:.1f}",
                       f"{r.n_aligned} / {r.n_conflicting}")
     out().print(table)
+    evaluation = Table(title="evaluation engine on the evaluation world, groups from the ground truth "
+                             "(prompt 'A photo of {}.', balanced top-1 %)", title_justify="left")
+    for column in ("label space", "trained on", "easy", "hard", "drop [95% CI]"):
+        evaluation.add_column(column, justify="left" if column in ("label space", "trained on") else "right")
+    for e in result.evaluations:
+        evaluation.add_row(e.label_space, e.model, f"{100 * e.easy:.1f}", f"{100 * e.hard:.1f}",
+                           f"{100 * e.drop:.1f} [{100 * e.drop_ci[0]:.1f}, {100 * e.drop_ci[1]:.1f}]")
+    out().print(evaluation)
+    out().print(f"runs: {workdir}/world-eval/runs/  table and scatter: {result.compare_dir}/compare.md, compare.png")
     out().print(f"worlds and weights are in {workdir}/ (re-running reuses them)")

@@ -400,3 +400,19 @@ def world_spec_of(ds) -> WorldSpec:
         classes=classes, backgrounds=tuple(info["backgrounds"]), p=float(info["p"]), per_class=int(info["per_class"]),
         image_size=int(info["image_size"]), seed=int(info["seed"]),
     )
+
+
+def assign_truth_groups(ds) -> int:
+    """Set ``group`` from the world's ground truth: easy = the class's common background, hard =
+    any other. This is the split a perfect spurious-discovery step would find (the splitter is
+    checked against it); returns the number of samples whose group changed."""
+    spec = world_spec_of(ds)
+    common = {c.imagenet_index: c.common_background for c in spec.classes}
+    per_sample = {}
+    for row in ds.rows():
+        group = "easy" if row["background"] == common.get(row["class_index"]) else "hard"
+        if row["group"] != group:
+            per_sample[row["sample_id"]] = {"group": group}
+    if per_sample:
+        ds.update(list(per_sample), per_sample=per_sample, actor="collect.synthetic", reason="ground-truth groups")
+    return len(per_sample)

@@ -13,6 +13,17 @@ import importlib
 from typing import Any
 
 _LAZY = {
+    "topk_correct": "curate.metrics.accuracy",
+    "balanced_accuracy": "curate.metrics.accuracy",
+    "unbalanced_accuracy": "curate.metrics.accuracy",
+    "mean_per_class_recall": "curate.metrics.accuracy",
+    "class_accuracies": "curate.metrics.accuracy",
+    "class_drops": "curate.metrics.accuracy",
+    "mean_drop": "curate.metrics.accuracy",
+    "bootstrap_groups": "curate.metrics.bootstrap",
+    "bootstrap_mean": "curate.metrics.bootstrap",
+    "fit_effective_robustness": "curate.metrics.robustness",
+    "effective_robustness": "curate.metrics.robustness",
     "sss": "curate.metrics.spuriousity",
     "rma": "curate.metrics.spuriousity",
 }

@@ -1,0 +1,326 @@
+"""Zero-shot evaluation of CLIPs and ImageNet classifiers on a dataset folder (papers/003 §3, App. C).
+
+One call evaluates one model and writes ``DIR/runs/<run-name>/``:
+- ``config.json``: model id and provenance, label space (and its file), prompts, settings;
+- ``predictions.parquet``: per sample the top-5 labels (base-space indices, within the
+  candidate label space) with their scores, whether top-1 / top-5 are right;
+- ``metrics.json``: ``overall`` (acc1, acc5, mean_per_class_recall: the unbalanced / balanced
+  definitions of :mod:`curate.metrics.accuracy`), ``groups`` (easy / hard: acc1_balanced,
+  acc1_unbalanced, acc5_balanced, n, 95% bootstrap intervals), ``drop`` (balanced, with its
+  interval), ``per_class``, ``per_background``, ``per_class_background`` and ``excluded``
+  (samples that failed to decode or gave non-finite outputs, with reasons). Accuracies are
+  fractions in [0, 1].
+
+Speed: image outputs come from :mod:`curate.features` (cached per model and preprocessing),
+text classifiers from :func:`curate.zeroshot.cached_text_classifier`; a second evaluation of
+the same model with another label space, prompt set or top-k encodes no image.
+"""
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from curate.features import FEATURES_DIR, compute_features
+from curate.metrics.accuracy import (
+    balanced_accuracy, class_accuracies, class_drops, mean_drop, mean_per_class_recall, topk_correct,
+    unbalanced_accuracy,
+)
+from curate.metrics.bootstrap import bootstrap_groups
+from curate.runs import create_run, run_name as default_run_name, unique_run_name, write_bytes, write_json
+from curate.zeroshot.candidates import CandidateSpace, build_top20, file_space, full_space, load_top20, save_top20
+from curate.zeroshot.classifier import cached_text_classifier, zero_shot_logits
+from curate.zeroshot.prompts import SIMPLE_TEMPLATE, PromptSet, load_prompts
+
+logger = logging.getLogger(__name__)
+
+TOPK = 5
+DEFAULT_STATUSES = ("candidate", "accepted")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A model to evaluate: a name (open_clip arch, zoo name, ``timm:<name>``) and weights."""
+
+    name: str
+    pretrained: str | None = None
+
+    @property
+    def label(self) -> str:
+        """``name:tag`` (a weights file shows as its file name)."""
+        if not self.pretrained:
+            return self.name
+        weights = Path(self.pretrained).name if ("/" in self.pretrained or self.pretrained.endswith((".pt", ".bin", ".safetensors"))) else self.pretrained
+        return weights if self.name in ("auto", "") else f"{self.name}:{weights}"
+
+
+@dataclass
+class EvalSettings:
+    """How to evaluate (CLI options map one to one)."""
+
+    label_space: str = "imagenet1k"  # imagenet1k | top20 | dataset | path to a file
+    prompts: str = "simple"  # simple | openai | path to a template file
+    device: str = "auto"
+    batch_size: int = 256
+    workers: int | None = None
+    precision: str = "fp32"
+    bootstrap: int = 1000
+    seed: int = 0
+    statuses: tuple[str, ...] = DEFAULT_STATUSES
+    top20_reference: ModelSpec | None = None
+    rebuild_top20: bool = False
+    use_cache: bool = True
+
+
+@dataclass
+class EvalResult:
+    run_dir: Path
+    model_id: str
+    metrics: dict[str, Any]
+    encoded: int = 0  # images encoded by this evaluation (0 when all came from the cache)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def check_device(device: str) -> str:
+    """Validate ``--device``; asking for CUDA without one is a clear error, not a crash later."""
+    import torch
+
+    if device not in ("auto", "cpu") and not device.startswith("cuda"):
+        raise ValueError(f"--device must be auto, cpu or cuda[:N], got {device!r}")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise RuntimeError("CUDA was requested (--device cuda) but torch sees no CUDA device on this machine; "
+                           "use --device cpu or auto")
+    return device
+
+
+def _evaluation_rows(ds, statuses: Sequence[str]) -> list[dict]:
+    rows = [r for r in ds.rows(status=list(statuses)) if r["class_index"] is not None]
+    if not rows:
+        raise ValueError(f"{ds.root}: no samples with status in {list(statuses)} and a class to evaluate")
+    return rows
+
+
+def _load(spec: ModelSpec, settings: EvalSettings):
+    from curate.models import load_model
+
+    return load_model(spec.name, spec.pretrained, device=settings.device, precision=settings.precision)
+
+
+def _scores(ds, model, ids: list[str], prompts: PromptSet, settings: EvalSettings, progress) -> tuple[np.ndarray, list[str], dict[str, str], int]:
+    """Scores over the whole base label space for the ids that succeeded."""
+    feats = compute_features(ds, model, ids, batch_size=settings.batch_size, workers=settings.workers,
+                             use_cache=settings.use_cache, progress=progress)
+    if model.kind == "clip":
+        import torch
+
+        classifier = cached_text_classifier(model, ds.label_space.names, prompts,
+                                            ds.root / FEATURES_DIR / "text" if settings.use_cache else None)
+        scores = zero_shot_logits(torch.from_numpy(feats.values), classifier).numpy()
+    else:
+        if not ds.label_space.is_builtin:
+            raise ValueError(f"{model.model_id} is an ImageNet-1K classifier; the dataset's label space "
+                             f"'{ds.label_space.name}' is not ImageNet-1K, so it cannot be scored on it")
+        scores = feats.values
+    return scores.astype(np.float32), feats.sample_ids, feats.failed, feats.computed
+
+
+def resolve_candidates(ds, settings: EvalSettings, rows: list[dict], progress=None) -> CandidateSpace:
+    """The candidate space named by ``settings.label_space`` (building 1-vs-20 when needed)."""
+    spec = settings.label_space
+    space = ds.label_space
+    if spec in ("imagenet1k", "dataset", "full"):
+        if spec == "imagenet1k" and not space.is_builtin:
+            raise ValueError(f"the dataset's label space is '{space.name}', not ImageNet-1K; use --label-space dataset")
+        return full_space(space)
+    if spec == "top20":
+        existing = None if settings.rebuild_top20 else load_top20(ds.root, len(space))
+        if existing is not None:
+            ref = settings.top20_reference
+            if ref and existing.info.get("reference_spec") not in (None, ref.label):
+                raise ValueError(f"the dataset's 1-vs-20 label space was built with {existing.info.get('reference_spec')}, "
+                                 f"not {ref.label}; it is reused unchanged for every model — pass --rebuild-top20 to replace it")
+            return existing
+        return _build_top20_space(ds, settings, rows, progress)
+    return file_space(Path(spec), space)
+
+
+def _build_top20_space(ds, settings: EvalSettings, rows: list[dict], progress=None) -> CandidateSpace:
+    ref = settings.top20_reference
+    if ref is None:
+        recorded = (ds.provenance.get("split") or {}).get("reference")
+        if isinstance(recorded, dict) and recorded.get("name"):
+            ref = ModelSpec(recorded["name"], recorded.get("pretrained"))
+    if ref is None:
+        raise ValueError("building the 1-vs-20 label space needs a reference CLIP (the paper used "
+                         "CLIP-LAION400M-ViT-B/32): pass --top20-reference NAME [--top20-pretrained TAG]")
+    model = _load(ref, settings)
+    if model.kind != "clip":
+        raise ValueError(f"the 1-vs-20 reference must be a CLIP (it ranks labels by text similarity); got {model.model_id}")
+    grouped = [r for r in rows if r["group"] in ("easy", "hard")]
+    use = grouped or rows  # easy and hard together (App. C.2); every sample before a split exists
+    feats = compute_features(ds, model, [r["sample_id"] for r in use], kind="embedding", batch_size=settings.batch_size,
+                             workers=settings.workers, use_cache=settings.use_cache, progress=progress)
+    by_id = feats.row_of()
+    per_class: dict[int, list[int]] = {}
+    for r in use:
+        if r["sample_id"] in by_id:
+            per_class.setdefault(int(r["class_index"]), []).append(by_id[r["sample_id"]])
+    prompts = PromptSet("simple", (SIMPLE_TEMPLATE,))
+    classifier = cached_text_classifier(model, ds.label_space.names, prompts, ds.root / FEATURES_DIR / "text")
+    table = build_top20({c: feats.values[idx] for c, idx in per_class.items()}, classifier.numpy())
+    info = {"reference_model_id": model.model_id, "reference_spec": ref.label, "prompt": SIMPLE_TEMPLATE,
+            "images": "easy+hard" if grouped else "all evaluated samples (no groups yet)"}
+    path = save_top20(ds.root, table, info)
+    logger.info("built the 1-vs-20 label space with %s -> %s", model.model_id, path)
+    return CandidateSpace("top20", len(ds.label_space), per_class=table, info={"kind": "top20", "file": str(path), **info})
+
+
+def compute_metrics(
+    topk: np.ndarray, classes: np.ndarray, groups: np.ndarray, backgrounds: np.ndarray, label_names: Sequence[str],
+    *, candidates_per_sample: int | None, n_boot: int = 1000, seed: int = 0,
+) -> dict[str, Any]:
+    """All metrics from stored top-k predictions (see the module docstring for the layout)."""
+    k5 = min(TOPK, topk.shape[1])
+    c1 = topk_correct(topk, classes, 1)
+    c5 = topk_correct(topk, classes, k5)
+    acc5_defined = candidates_per_sample is None or candidates_per_sample >= TOPK
+    nan = float("nan")
+    metrics: dict[str, Any] = {
+        "overall": {
+            "acc1": unbalanced_accuracy(c1),
+            "acc5": unbalanced_accuracy(c5) if acc5_defined else nan,
+            "mean_per_class_recall": mean_per_class_recall(topk[:, 0], classes),
+            "acc1_balanced": balanced_accuracy(c1, classes),
+            "n": int(len(classes)),
+        }
+    }
+    has_groups = np.isin(groups, ["easy", "hard"]).any()
+    if has_groups:
+        intervals = bootstrap_groups(c1, classes, groups, n_boot=n_boot, seed=seed)
+        group_metrics = {}
+        for g in ("easy", "hard"):
+            sel = groups == g
+            group_metrics[g] = {
+                "acc1_balanced": balanced_accuracy(c1[sel], classes[sel]) if sel.any() else nan,
+                "acc1_unbalanced": unbalanced_accuracy(c1[sel]),
+                "acc5_balanced": (balanced_accuracy(c5[sel], classes[sel]) if sel.any() else nan) if acc5_defined else nan,
+                "n": int(sel.sum()),
+                "n_classes": int(len(np.unique(classes[sel]))),
+                "acc1_balanced_ci95": intervals[g].to_list(),
+            }
+        metrics["groups"] = group_metrics
+        drop1 = mean_drop(c1, classes, groups)
+        metrics["drop"] = {
+            "acc1": drop1,
+            "acc5": mean_drop(c5, classes, groups) if acc5_defined else nan,
+            "acc1_unbalanced": group_metrics["easy"]["acc1_unbalanced"] - group_metrics["hard"]["acc1_unbalanced"],
+            "acc1_ci95": intervals["drop"].to_list(),
+            "definition": "mean over classes with both groups of ACC_easy(c) - ACC_hard(c) (papers/003 App. C.3)",
+        }
+    else:
+        metrics["groups"] = {}
+        metrics["drop"] = None
+    drops = class_drops(c1, classes, groups) if has_groups else {}
+    per_class = []
+    for c, (acc, n) in class_accuracies(c1, classes).items():
+        row = {"class_index": c, "class_name": label_names[c], "n": n, "acc1": acc,
+               "acc5": class_accuracies(c5[classes == c], classes[classes == c])[c][0] if acc5_defined else nan}
+        if c in drops:
+            e, h, d, ne, nh = drops[c]
+            row.update({"easy_acc1": e, "hard_acc1": h, "drop": d, "n_easy": ne, "n_hard": nh})
+        per_class.append(row)
+    metrics["per_class"] = per_class
+    per_background = []
+    for b in sorted({x for x in backgrounds if x is not None}):
+        sel = backgrounds == b
+        per_background.append({"background": b, "n": int(sel.sum()), "acc1_balanced": balanced_accuracy(c1[sel], classes[sel]),
+                               "acc1_unbalanced": unbalanced_accuracy(c1[sel])})
+    metrics["per_background"] = per_background
+    cells = []
+    for c in np.unique(classes):
+        for b in sorted({x for x in backgrounds[classes == c] if x is not None}):
+            sel = (classes == c) & (backgrounds == b)
+            cells.append({"class_index": int(c), "background": b, "n": int(sel.sum()), "acc1": unbalanced_accuracy(c1[sel])})
+    metrics["per_class_background"] = cells
+    return metrics
+
+
+def evaluate_model(
+    dataset_root: Path, model: ModelSpec, settings: EvalSettings | None = None, *, run_name: str | None = None,
+    overwrite: bool = False, progress: Callable[[int, int], None] | None = None,
+) -> EvalResult:
+    """Evaluate one model on the dataset folder and write its run (see the module docstring)."""
+    from curate.store import Dataset
+
+    settings = settings or EvalSettings()
+    check_device(settings.device)
+    ds = Dataset.open(dataset_root)
+    prompts = load_prompts(settings.prompts)
+    rows = _evaluation_rows(ds, settings.statuses)
+    candidates = resolve_candidates(ds, settings, rows, progress)
+    candidates.check_covers([r["class_index"] for r in rows], ds.label_space)
+    loaded = _load(model, settings)
+    ids = [r["sample_id"] for r in rows]
+    scores, kept, failed, encoded = _scores(ds, loaded, ids, prompts, settings, progress)
+    by_id = {r["sample_id"]: r for r in rows}
+    kept_rows = [by_id[sid] for sid in kept]
+    classes = np.array([r["class_index"] for r in kept_rows], dtype=np.int64)
+    groups = np.array([r["group"] for r in kept_rows], dtype=object)
+    backgrounds = np.array([r["background"] for r in kept_rows], dtype=object)
+    restricted = candidates.restrict(scores, classes)
+    k = min(TOPK, candidates.size or TOPK, restricted.shape[1])
+    order = np.argsort(-restricted, axis=1, kind="stable")[:, :k]
+    top_scores = np.take_along_axis(restricted, order, axis=1)
+    metrics = compute_metrics(order, classes, groups, backgrounds, ds.label_space.names,
+                              candidates_per_sample=candidates.size, n_boot=settings.bootstrap, seed=settings.seed)
+    metrics["excluded"] = {"count": len(failed), "reasons": dict(Counter(r.split(":")[0] for r in failed.values())),
+                           "samples": [{"sample_id": s, "reason": r} for s, r in sorted(failed.items())]}
+    metrics["model_id"] = loaded.model_id
+    metrics["label_space"] = candidates.name
+    metrics["prompts"] = prompts.name
+    config = {"kind": "evaluate", "model": {"name": model.name, "pretrained": model.pretrained, "model_id": loaded.model_id,
+                                            "info": loaded.info},
+              "label_space": {"name": candidates.name, **candidates.info}, "prompts": prompts.to_config(),
+              "settings": {**asdict(settings), "top20_reference": settings.top20_reference.label if settings.top20_reference else None},
+              "dataset": {"name": ds.config.get("name"), "samples": len(rows)}}
+    if run_name:
+        run_dir = create_run(ds.root, run_name, config, overwrite=overwrite)
+    else:
+        run_dir = create_run(ds.root, unique_run_name(ds.root, default_run_name("eval", f"{model.label}-{candidates.name}")), config)
+    table = pa.table({
+        "sample_id": pa.array(kept, pa.string()),
+        "class_index": pa.array(classes, pa.int32()),
+        "group": pa.array(groups.tolist(), pa.string()),
+        "background": pa.array(backgrounds.tolist(), pa.string()),
+        "topk_labels": pa.array(order.astype(np.int32).tolist(), pa.list_(pa.int32())),
+        "topk_scores": pa.array(top_scores.astype(np.float32).tolist(), pa.list_(pa.float32())),
+        "correct1": pa.array(order[:, 0] == classes, pa.bool_()),
+        "correct5": pa.array((order == classes[:, None]).any(axis=1), pa.bool_()),
+    })
+    import io
+
+    buffer = io.BytesIO()
+    pq.write_table(table, buffer)
+    write_bytes(run_dir / "predictions.parquet", buffer.getvalue())
+    write_json(run_dir / "metrics.json", metrics)
+    logger.info("%s: acc1 %.4f -> %s", loaded.model_id, metrics["overall"]["acc1"], run_dir)
+    return EvalResult(run_dir, loaded.model_id, metrics, encoded)
+
+
+def evaluate_models(dataset_root: Path, models: Sequence[ModelSpec], settings: EvalSettings | None = None, *,
+                    run_name: str | None = None, overwrite: bool = False, progress=None) -> list[EvalResult]:
+    """:func:`evaluate_model` for each model; with several models a given ``run_name`` gets
+    the model's label appended so runs never collide."""
+    from curate.runs import slug
+
+    results = []
+    for spec in models:
+        name = run_name if (run_name and len(models) == 1) else (f"{run_name}-{slug(spec.label)}" if run_name else None)
+        results.append(evaluate_model(dataset_root, spec, settings, run_name=name, overwrite=overwrite, progress=progress))
+    return results
