@@ -77,13 +77,19 @@ def test_demo_plants_a_shortcut_only_when_correlated(tmp_path) -> None:
 
     This trains the demo's two models (about 2 minutes on 2 cores) with the demo's own settings.
     """
-    from curate.demo import run_demo
+    from curate.demo import run_demo, run_full_demo
 
-    rows = {row.world: row.report for row in run_demo(tmp_path / "demo")}
+    result = run_full_demo(tmp_path / "demo")
+    rows = {row.world: row.report for row in result.shortcut}
     correlated, uncorrelated = rows["p=0.9"], rows["uncorrelated"]
     assert correlated.gap > 30.0, correlated
     assert abs(uncorrelated.gap) < 15.0, uncorrelated
     assert uncorrelated.conflicting_acc > 60.0, "the uncorrelated model must learn the shapes"
+    # the evaluation engine sees the same shortcut at 1 vs 1000 with the paper's prompt
+    engine = {e.model: e for e in result.evaluations if e.label_space == "1 vs 1000"}
+    assert engine["p=0.9"].drop > engine["uncorrelated"].drop + 0.3, engine
+    assert engine["p=0.9"].drop_ci[0] > 0.3
+    assert (result.compare_dir / "compare.md").exists()
     again = run_demo(tmp_path / "demo")  # reuses worlds and weights, same numbers
     assert all(not row.trained for row in again)
     assert {row.world: row.report for row in again} == rows

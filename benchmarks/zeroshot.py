@@ -1,0 +1,123 @@
+"""Zero-shot evaluation throughput: curate vs CLIP_benchmark, same model and images, one run.
+
+    .venv/bin/python benchmarks/zeroshot.py --model ViT-B-32 --images 512 --device cpu
+
+What is timed (wall clock, images/s = images / seconds):
+- first pass: a 1-vs-1000 evaluation from nothing. CLIP_benchmark's
+  ``zeroshot_classification.evaluate`` (its text classifier is built class by class, then the
+  images are encoded); curate's ``evaluate_model`` with an empty feature cache (text
+  classifier built in large batches, images encoded once and cached, run folder written).
+- re-scoring: a second evaluation of the same model with another prompt set (the 80 OpenAI
+  templates would be the usual case; here the label space changes to a 100-label subset and
+  the prompt to "a photo of a {}." so the work is comparable). CLIP_benchmark has to run
+  everything again; curate reuses the cached image embeddings and only builds the new text
+  classifier.
+
+Both tools get the same random-weights model (weights are irrelevant to speed), the same
+preprocessing, batch size and decoding workers, and fp32 on CPU (``--amp`` turns on mixed
+precision for both on a GPU). acc1 of the two first passes is printed as a sanity check.
+"""
+from __future__ import annotations
+
+import argparse
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+
+def make_dataset(root: Path, n_images: int, size: int):
+    from curate.collect.synthetic import DEFAULT_CLASSES, WorldSpec, collect_synthetic
+
+    classes = DEFAULT_CLASSES[:6]
+    spec = WorldSpec(classes=classes, per_class=max(1, n_images // len(classes)), image_size=size, seed=0)
+    return collect_synthetic(root, spec)
+
+
+def run_clip_benchmark(model, ds, rows, names, templates, args) -> tuple[float, float]:
+    from clip_benchmark.metrics import zeroshot_classification as zsc
+
+    class ImageSet(torch.utils.data.Dataset):
+        classes = names
+
+        def __len__(self):
+            return len(rows)
+
+        def __getitem__(self, i):
+            from PIL import Image
+
+            with Image.open(ds.image_path(rows[i]["sample_id"])) as image:
+                return model.preprocess(image.convert("RGB")), rows[i]["target"]
+
+    loader = torch.utils.data.DataLoader(ImageSet(), batch_size=args.batch_size, num_workers=args.workers,
+                                         pin_memory=args.device.startswith("cuda"))
+    start = time.perf_counter()
+    metrics = zsc.evaluate(model.module, loader, model.tokenizer, names, templates, args.device, amp=args.amp)
+    if args.device.startswith("cuda"):
+        torch.cuda.synchronize()
+    return time.perf_counter() - start, metrics["acc1"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="ViT-B-32")
+    parser.add_argument("--images", type=int, default=512)
+    parser.add_argument("--image-size", type=int, default=64, help="stored image side (resized by the model's preprocessing)")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--workers", type=int, default=0)
+    parser.add_argument("--amp", action="store_true", help="mixed precision for both tools")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary dataset folder")
+    args = parser.parse_args()
+
+    from curate.evaluate import EvalSettings, ModelSpec, evaluate_model
+    from curate.labels import imagenet1k
+    from curate.models import load_model
+
+    workdir = Path(tempfile.mkdtemp(prefix="curate-bench-"))
+    ds = make_dataset(workdir / "ds", args.images, args.image_size)
+    rows = ds.rows()
+    n = len(rows)
+    names = list(imagenet1k().names)
+    for r in rows:
+        r["target"] = r["class_index"]
+    precision = "amp" if args.amp else "fp32"
+    model = load_model(args.model, None, seed=0, device=args.device, precision=precision)
+
+    import curate.evaluate as ev
+
+    ev._load = lambda spec, settings: model  # both tools use the very same module
+    subset = workdir / "subset.txt"
+    subset.write_text("\n".join(str(i) for i in sorted({r["class_index"] for r in rows} | set(range(100 - 6)))))
+    caption = workdir / "caption.txt"
+    caption.write_text("a photo of a {}.\n")
+    common = dict(device=args.device, batch_size=args.batch_size, workers=args.workers, precision=precision, bootstrap=1000)
+
+    print(f"model {model.model_id} on {args.device}, {n} images, batch {args.batch_size}, workers {args.workers}, "
+          f"precision {precision}, torch threads {torch.get_num_threads()}")
+    t_cb1, acc_cb = run_clip_benchmark(model, ds, rows, names, ["A photo of {c}."], args)
+    start = time.perf_counter()
+    first = evaluate_model(ds.root, ModelSpec(args.model), EvalSettings(**common), run_name="bench-first", overwrite=True)
+    t_cu1 = time.perf_counter() - start
+
+    sub_names = [names[int(i)] for i in subset.read_text().split()]
+    sub_rows = [dict(r, target=sub_names.index(names[r["class_index"]])) for r in rows]
+    t_cb2, _ = run_clip_benchmark(model, ds, sub_rows, sub_names, ["a photo of a {c}."], args)
+    start = time.perf_counter()
+    second = evaluate_model(ds.root, ModelSpec(args.model), EvalSettings(label_space=str(subset), prompts=str(caption), **common),
+                            run_name="bench-rescore", overwrite=True)
+    t_cu2 = time.perf_counter() - start
+    assert second.encoded == 0, "re-scoring must not encode images"
+
+    print(f"sanity: acc1 CLIP_benchmark {acc_cb:.4f}, curate {first.metrics['overall']['acc1']:.4f}")
+    print(f"{'':22s}{'CLIP_benchmark':>16s}{'curate':>12s}{'ratio':>8s}")
+    print(f"{'first pass (img/s)':22s}{n / t_cb1:16.1f}{n / t_cu1:12.1f}{t_cb1 / t_cu1:7.1f}x   ({t_cb1:.1f} s vs {t_cu1:.1f} s)")
+    print(f"{'re-scoring (img/s)':22s}{n / t_cb2:16.1f}{n / t_cu2:12.1f}{t_cb2 / t_cu2:7.1f}x   ({t_cb2:.1f} s vs {t_cu2:.2f} s)")
+    if not args.keep:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
