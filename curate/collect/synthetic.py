@@ -10,7 +10,12 @@ Design choices that make the shortcut learnable but not trivial:
 - the class is carried only by the object's *shape* (one silhouette per class); its colour
   and fill pattern are drawn from a palette shared by all classes, so colour is no cue;
 - the background is a texture with a strong global colour and pattern, an easier feature
-  than shape, which is what makes a CLIP trained with ``p = 0.9`` lean on it.
+  than shape, which is what makes a CLIP trained with ``p = 0.9`` lean on it;
+- the silhouette has a 1-px outline that contrasts with the background (black on bright
+  backgrounds, white on dark ones), so no background hides the shape: without it a white
+  object on snow or a grey one on road is camouflaged, a real (not spurious) background
+  effect that even a shortcut-free model shows (measured: the splitter then found
+  "significant" drops for a model trained without correlation).
 
 The mask is exact by construction: the image is composed as ``bg * (1 - m) + obj * m`` from
 the binary mask ``m`` at the output resolution, so the object's pixels are exactly the mask's.
@@ -311,10 +316,24 @@ def generate_sample(spec: WorldSpec, index: int, *, keep_layers: bool = False) -
     mask = _draw_mask(cls.shape, size, rng)
     bg = _bg(size, rng, background)
     obj = _object_texture(size, rng)
+    edge = mask.astype(bool) & ~_eroded(mask.astype(bool))
+    luminance = float((bg @ np.array([0.299, 0.587, 0.114], np.float32)).mean())
+    obj[edge] = 20.0 if luminance > 110 else 235.0
     m = mask[..., None].astype(np.float32)
     image = np.clip(bg * (1 - m) + obj * m, 0, 255).astype(np.uint8)
     extra = {"background_layer": np.clip(bg, 0, 255).astype(np.uint8), "object_layer": np.clip(obj, 0, 255).astype(np.uint8)} if keep_layers else {}
     return SyntheticSample(index, image, mask, cls, background, background == cls.common_background, extra)
+
+
+def _eroded(mask: np.ndarray) -> np.ndarray:
+    """3x3 binary erosion (a pixel stays when its 8 neighbours are all inside; borders count as outside)."""
+    padded = np.pad(mask, 1, constant_values=False)
+    out = np.ones_like(mask)
+    h, w = mask.shape
+    for dy in (0, 1, 2):
+        for dx in (0, 1, 2):
+            out &= padded[dy:dy + h, dx:dx + w]
+    return out
 
 
 def generate_world(spec: WorldSpec) -> Iterator[SyntheticSample]:
