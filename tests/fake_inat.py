@@ -149,11 +149,11 @@ def make_world(n_per_taxon: int = 12, seed: int = 0) -> World:
     # duplicates: the same photo in a second observation; a second photo id with the same bytes
     by_taxon = [o for o in observations if o.taxon.id == 20001 and o.quality_grade == "research"]
     if len(by_taxon) >= 4:
-        shared = by_taxon[1].photos[0]
+        shared = by_taxon[-2].photos[0]
         shared.license = "cc-by"
         obs_id += 3
         observations.append(FakeObservation(obs_id, taxa[0], [shared], "research", user="copycat"))
-        twin_src = by_taxon[2].photos[0]
+        twin_src = by_taxon[-3].photos[0]
         twin_src.license = "cc0"
         photo_id += 7
         twin = FakePhoto(photo_id, "cc-by", content_seed=twin_src.content_seed, user="twin")
@@ -172,6 +172,18 @@ def photo_jpeg(content_seed: int, size: str = "medium") -> bytes:
     buffer = io.BytesIO()
     img.save(buffer, "JPEG", quality=90)
     return buffer.getvalue()
+
+
+class _QuietServer(ThreadingHTTPServer):
+    """A threading server that does not print tracebacks when a (killed) client drops a connection."""
+
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        import sys
+
+        if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            super().handle_error(request, client_address)
 
 
 class FakeINat:
@@ -207,8 +219,7 @@ class FakeINat:
 
     def start(self) -> None:
         handler = type("Handler", (_Handler,), {"fake": self})
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self._server.daemon_threads = True
+        self._server = _QuietServer(("127.0.0.1", 0), handler)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
 
@@ -398,6 +409,86 @@ class _Handler(BaseHTTPRequestHandler):
             fake.photo_complete[photo.id] += 1
 
 
+class FileServer:
+    """A static server on 127.0.0.1: ``files[path] = bytes`` with the same per-path faults as
+    the photo server (``faults[path]``: 500_once, 500_always, 429_once, slow_once,
+    truncate_once, 404), plus ``redirects[path] = location``. ``requests[path]`` counts hits."""
+
+    def __init__(self, files: dict[str, bytes] | None = None, faults: dict[str, str] | None = None,
+                 redirects: dict[str, str] | None = None, slow_seconds: float = 1.0,
+                 retry_after: str = "0") -> None:
+        self.files = dict(files or {})
+        self.faults = dict(faults or {})
+        self.redirects = dict(redirects or {})
+        self.slow_seconds = slow_seconds
+        self.retry_after = retry_after
+        self.requests: Counter[str] = Counter()
+        self.headers: list[dict[str, str]] = []
+        self.lock = threading.Lock()
+        self._server: ThreadingHTTPServer | None = None
+
+    def __enter__(self) -> "FileServer":
+        handler = type("FileHandler", (_FileHandler,), {"server_state": self})
+        self._server = _QuietServer(("127.0.0.1", 0), handler)
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+
+class _FileHandler(_Handler):
+    server_state: FileServer
+
+    def do_GET(self) -> None:  # noqa: N802
+        state = self.server_state
+        path = urlsplit(self.path).path
+        with state.lock:
+            state.requests[path] += 1
+            nth = state.requests[path]
+            state.headers.append(dict(self.headers))
+        if path in state.redirects:
+            self.send_response(302)
+            self.send_header("Location", state.redirects[path])
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        fault = state.faults.get(path)
+        if path not in state.files or fault == "404":
+            self._send(404, b"not found", "text/plain")
+            return
+        if fault == "500_always" or (fault == "500_once" and nth == 1):
+            self._send(500, b"internal error", "text/plain")
+            return
+        if fault == "503_retry_after" and nth == 1:
+            self._send(503, b"busy", "text/plain", {"Retry-After": state.retry_after})
+            return
+        if fault == "429_once" and nth == 1:
+            self._send(429, b"slow down", "text/plain", {"Retry-After": state.retry_after})
+            return
+        if fault == "429_always":
+            self._send(429, b"slow down", "text/plain", {"Retry-After": state.retry_after})
+            return
+        if fault == "slow_once" and nth == 1:
+            time.sleep(state.slow_seconds)
+        body = state.files[path]
+        if fault == "truncate_once" and nth == 1:
+            self.close_connection = True
+            self._send(200, body[: len(body) // 2], "application/octet-stream", declared=len(body))
+            return
+        try:
+            self._send(200, body, "application/octet-stream")
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+
 if __name__ == "__main__":  # pragma: no cover - manual use
     with FakeINat() as server:
         print(f"fake iNaturalist API at {server.api_url} (Ctrl-C to stop)")
@@ -406,3 +497,39 @@ if __name__ == "__main__":  # pragma: no cover - manual use
                 time.sleep(1)
         except KeyboardInterrupt:
             pass
+
+
+# ------------------------------------------------------------------------------------------
+# Helpers for comparing collected datasets
+# ------------------------------------------------------------------------------------------
+
+_PORT = re.compile(r"127\.0\.0\.1:\d+")
+_VOLATILE_EXTRA = {"inat_job", "composite_job"}
+
+
+def dataset_signature(root) -> dict[str, Any]:
+    """What two runs of the same job must agree on: rows (without times, ports, job ids), the
+    quarantine (source, reason) set, and that media/ holds exactly the rows' files."""
+    from pathlib import Path
+
+    import pyarrow.parquet as pq
+
+    root = Path(root)
+    rows = []
+    for row in pq.read_table(root / "samples.parquet").to_pylist():
+        row.pop("added_at")
+        extra = json.loads(row.pop("extra") or "{}")
+        row["extra"] = {k: v for k, v in extra.items() if k not in _VOLATILE_EXTRA}
+        row["source_url"] = _PORT.sub("HOST", row["source_url"] or "")
+        rows.append(json.dumps(row, sort_keys=True))
+    quarantine = set()
+    qfile = root / "quarantine.jsonl"
+    if qfile.exists():
+        for line in qfile.read_text().splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            quarantine.add((record.get("source"), record.get("reason")))
+    media = sorted(p.relative_to(root).as_posix() for p in (root / "media").rglob("*") if p.is_file())
+    return {"rows": sorted(rows), "quarantine": sorted(quarantine), "media": media}

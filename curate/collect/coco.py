@@ -34,15 +34,29 @@ import io
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 from urllib.parse import quote
 
 import numpy as np
 import yaml
 from PIL import Image
 
-from curate.collect.engine import Candidate, CandidateError, CollectReport, Engine, ProgressFn, Skip, StreamItem
-from curate.collect.http import DEFAULT_BYTE_LIMITS, DEFAULT_DOWNLOAD_LIMITS, PoliteClient, check_url, host_of
+from curate.collect.engine import (
+    Candidate,
+    CandidateError,
+    CollectReport,
+    Engine,
+    ProgressFn,
+    Skip,
+    StreamItem,
+)
+from curate.collect.http import (
+    DEFAULT_BYTE_LIMITS,
+    DEFAULT_DOWNLOAD_LIMITS,
+    PoliteClient,
+    check_url,
+    host_of,
+)
 from curate.collect.journal import Journal
 from curate.collect.licenses import normalize_license
 from curate.labels import LabelSpace, imagenet1k
@@ -59,7 +73,10 @@ COCO_IMAGE_HOSTS = ("images.cocodataset.org", "*.staticflickr.com")
 
 def load_coco(annotations: str | Path) -> Any:
     """A ``pycocotools.coco.COCO`` index of ``annotations`` (its prints silenced), with checks."""
-    from pycocotools.coco import COCO
+    try:
+        from pycocotools.coco import COCO
+    except ImportError:
+        raise ImportError("collecting COCO needs pycocotools: pip install 'curate[coco]'") from None
 
     path = Path(annotations)
     if not path.is_file():

@@ -31,7 +31,7 @@ from collections import Counter, deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
@@ -79,6 +79,9 @@ class Candidate:
     produce: Callable[[], bytes] | None = None
     mask: Callable[[PreparedImage], np.ndarray | None] | None = None
     side_files: Callable[[PreparedImage, str], dict[str, bytes]] | None = None
+    #: whether (source, source_id) identifies the item globally (iNaturalist photo ids, COCO image
+    #: ids do; a folder's relative paths do not, so folders rely on content dedup alone)
+    dedup_by_source: bool = True
 
     def journal_view(self) -> dict[str, Any]:
         """What the journal keeps to retry this item later (URL-fetched items only)."""
@@ -233,6 +236,8 @@ class Engine:
                 self._by_source[(source, source_id)] = (sid, cls)
         self._batch_sha: dict[str, str] = {}
         self._pulled_sources: set[tuple[str, str]] = set()
+        self._counted: set[str] = set()  # sample ids counted by this run
+        self._drop: list[str] = []  # staged bodies to delete once their records are journaled
 
     # ------------------------------------------------------------------ public
     def close(self) -> None:
@@ -283,7 +288,8 @@ class Engine:
                             hit = self._source_hit(item)
                             source_key = self._source_key(item)
                             if hit is not None:
-                                counts = self._same_class(item, hit[1])
+                                counts = self._same_class(item, hit[1]) and hit[0] not in self._counted \
+                                    and hit[0] not in self.journal.counted_samples
                             elif source_key is None or source_key not in self._pulled_sources:
                                 if source_key is not None:
                                     self._pulled_sources.add(source_key)
@@ -307,6 +313,13 @@ class Engine:
                                     or time.monotonic() - self._last_flush > self.flush_seconds):
                     self._flush(stats)
             self._flush(stats)
+        except BaseException:
+            # an API that keeps failing, Ctrl-C, ...: commit what was verified before leaving
+            try:
+                self._flush(stats)
+            except Exception as exc:  # noqa: BLE001 - the first error is the one to report
+                log.warning("could not commit the last batch (%s); its bodies stay staged for the next run", exc)
+            raise
         finally:
             for _, future, _ in window:
                 if future is not None:
@@ -331,7 +344,7 @@ class Engine:
     @staticmethod
     def _source_key(cand: Candidate) -> tuple[str, str] | None:
         source, source_id = cand.sample.get("source"), cand.sample.get("source_id")
-        if source is None or source_id is None:
+        if source is None or source_id is None or not cand.dedup_by_source:
             return None
         return (str(source), str(source_id))
 
@@ -365,10 +378,14 @@ class Engine:
         hit = self._source_hit(cand)
         if hit is not None:
             sid, cls = hit
-            same_class = self._same_class(cand, cls)
-            outcome = "present" if same_class else "duplicate_source"
-            self._records.append(self._record(cand.key, cand.group, outcome, sample_id=sid,
-                                              reason=None if same_class else f"already in the dataset as class {cls}"))
+            if sid in self.journal.counted_samples or sid in self._counted:
+                outcome, reason = "duplicate_source", f"the same source item was taken earlier as sample {sid}"
+            elif not self._same_class(cand, cls):
+                outcome, reason = "duplicate_source", f"already in the dataset as class {cls}"
+            else:  # in the dataset already (an earlier job, or a run killed before journaling it)
+                outcome, reason = "present", None
+                self._counted.add(sid)
+            self._records.append(self._record(cand.key, cand.group, outcome, sample_id=sid, reason=reason))
             self._count(stats, outcome)
             return
         if future is None:  # the same source item came earlier in this run and was not added
@@ -384,6 +401,8 @@ class Engine:
                 record["candidate"] = cand.journal_view()
             self._records.append(record)
             self.report.failures.append((cand.key, f"{fetched.error}: {fetched.error_detail}"))
+            if not fetched.retryable:
+                self._drop.append(cand.key)
             self._count(stats, "failed")
             log.warning("%s: %s failed: %s: %s", self.journal.kind, cand.key, fetched.error, fetched.error_detail)
             return
@@ -401,7 +420,7 @@ class Engine:
             self._records.append(self._record(cand.key, cand.group, "duplicate", sample_id=other,
                                               reason="same image content as sample " + other))
             self._count(stats, "duplicate")
-            self.journal.drop_staged([cand.key])
+            self._drop.append(cand.key)  # after its record is journaled (else a kill re-downloads it)
             return
         side: dict[str, bytes] = {}
         if cand.side_files is not None:
@@ -409,9 +428,10 @@ class Engine:
         sample = NewSample(image=fetched.prepared.data, mask=fetched.mask, **cand.sample)
         self._batch.append(_Pending(cand, "added", sample, sample_id=sid, sha256=sha, side=side))
         self._batch_sha[sha] = sid
-        source, source_id = cand.sample.get("source"), cand.sample.get("source_id")
-        if source is not None and source_id is not None:
-            self._by_source[(str(source), str(source_id))] = (sid, cand.sample.get("class_index"))
+        self._counted.add(sid)
+        source_key = self._source_key(cand)
+        if source_key is not None:
+            self._by_source[source_key] = (sid, cand.sample.get("class_index"))
         stats.have += 1  # provisional: corrected in _flush if the store refuses it
         stats.outcomes["added"] += 1
         self._tick(stats)
@@ -464,8 +484,10 @@ class Engine:
                         group_stats.have -= 1
                         group_stats.outcomes["added"] -= 1
                     self._batch_sha.pop(pending.sha256 or "", None)
-                    source, source_id = cand.sample.get("source"), cand.sample.get("source_id")
-                    self._by_source.pop((str(source), str(source_id)), None)
+                    self._counted.discard(pending.sample_id or "")
+                    source_key = self._source_key(cand)
+                    if source_key is not None:
+                        self._by_source.pop(source_key, None)
                 if pending.outcome == "quarantined":
                     if group_stats is not None:
                         group_stats.outcomes["quarantined"] += 1
@@ -481,7 +503,8 @@ class Engine:
             self.report.added.extend(report.added)
             self._batch_sha.clear()
         self.journal.append(records)
-        self.journal.drop_staged(p.candidate.key for p in batch)
+        self.journal.drop_staged([p.candidate.key for p in batch] + self._drop)
+        self._drop = []
         self._last_flush = time.monotonic()
         if stats is not None:
             self._tick(stats)

@@ -27,6 +27,7 @@ from __future__ import annotations
 import email.utils
 import json
 import logging
+import math
 import random
 import re
 import threading
@@ -304,7 +305,7 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
         if when is None:
             return None
         seconds = when.timestamp() - (time.time() if now is None else now)
-    if seconds != seconds:  # NaN
+    if math.isnan(seconds):
         return None
     return max(0.0, seconds)
 
@@ -401,6 +402,7 @@ class PoliteClient:
         data, _ = self._request(url, None, limiter=self.download_limiter, max_bytes=self.max_download_bytes,
                                 allowed_hosts=self.allowed_download_hosts, kind="download")
         self.byte_limiter.charge(len(data))
+        self.stats.add(bytes=len(data))
         return data
 
     def close(self) -> None:

@@ -31,14 +31,22 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
-from urllib.parse import quote, urlsplit, urlunsplit
+from urllib.parse import urlsplit, urlunsplit
 
 import yaml
 
-from curate.collect.engine import Candidate, Checkpoint, CollectReport, Engine, ProgressFn, Skip, StreamItem
+from curate.collect.engine import (
+    Candidate,
+    Checkpoint,
+    CollectReport,
+    Engine,
+    ProgressFn,
+    Skip,
+    StreamItem,
+)
 from curate.collect.http import (
     DEFAULT_API_LIMITS,
     DEFAULT_BYTE_LIMITS,
@@ -62,7 +70,7 @@ INAT_PHOTO_HOSTS: tuple[str, ...] = ("inaturalist-open-data.s3.amazonaws.com", "
 PHOTO_SIZES: tuple[str, ...] = ("square", "small", "medium", "large", "original")
 QUALITY_GRADES: tuple[str, ...] = ("research", "needs_id", "casual", "any")
 MAX_PER_PAGE = 200
-_SCIENTIFIC = re.compile(r"^[A-Z][a-z]+( [a-z][a-z\-]+){1,2}$")
+_SCIENTIFIC = re.compile(r"^[A-Z][a-z]+( [A-Za-z][a-z\-]+){1,2}$")
 _SIZE_IN_PATH = re.compile(r"(?P<size>square|thumb|small|medium|large|original)(?P<ext>\.[A-Za-z]{3,4})?$")
 
 
@@ -253,9 +261,10 @@ def _fold(text: Any) -> str:
     return " ".join(str(text or "").replace("_", " ").split()).casefold()
 
 
-def match_taxon(results: Sequence[Mapping[str, Any]], query: str) -> dict[str, Any] | None:
-    """The active result that is exactly ``query`` (scientific name, else matched term or common
-    name, case-insensitive); among several, the most observed. None when nothing matches."""
+def match_taxon(results: Sequence[Mapping[str, Any]], query: str, *, names_only: bool = False) -> dict[str, Any] | None:
+    """The active result that is exactly ``query``: by scientific name first, else (unless
+    ``names_only``) by matched term or common name, case-insensitively; among several, the most
+    observed. None when nothing matches exactly."""
     wanted = _fold(query)
     tiers: list[list[Mapping[str, Any]]] = [[], []]
     for taxon in results:
@@ -266,14 +275,20 @@ def match_taxon(results: Sequence[Mapping[str, Any]], query: str) -> dict[str, A
         elif wanted in (_fold(taxon.get("matched_term")), _fold(taxon.get("preferred_common_name")),
                         _fold(taxon.get("english_common_name"))):
             tiers[1].append(taxon)
-    for tier in tiers:
+    for tier in tiers[:1] if names_only else tiers:
         if tier:
             return dict(max(tier, key=lambda t: int(t.get("observations_count") or 0)))
     return None
 
 
 def resolve_taxon(api: INatAPI, cls: INatClass, label_space: LabelSpace | None = None) -> ResolvedTaxon:
-    """The taxa of ``cls`` (see the module docstring); raises :class:`TaxonNotFoundError`."""
+    """The taxa of ``cls`` (see the module docstring); raises :class:`TaxonNotFoundError`.
+
+    Without an override, the lemmas are tried in order (scientific-looking ones first) and the
+    first whose query returns a taxon with exactly that *scientific name* wins ("Nile crocodile"
+    does not stop the search before "Crocodylus niloticus"); only when no lemma is a scientific
+    name does an exact common-name match count.
+    """
     found: list[dict[str, Any]] = []
     tried: list[str] = []
     if cls.taxon:
@@ -289,12 +304,18 @@ def resolve_taxon(api: INatAPI, cls: INatClass, label_space: LabelSpace | None =
                 found.append(taxon)
         via = "override"
     else:
+        fallback: dict[str, Any] | None = None
         for query in lemma_queries(cls.index, label_space):
             tried.append(query)
-            taxon = match_taxon(api.search_taxa(query), query)
+            results = api.search_taxa(query)
+            taxon = match_taxon(results, query, names_only=True)
             if taxon is not None:
                 found.append(taxon)
                 break
+            if fallback is None:
+                fallback = match_taxon(results, query)
+        if not found and fallback is not None:
+            found.append(fallback)
         via = "lemma"
     if not found:
         raise TaxonNotFoundError(
@@ -322,8 +343,11 @@ class INatSettings:
     per_page: int = MAX_PER_PAGE
     api_url: str = DEFAULT_API_URL
     params: tuple[tuple[str, str], ...] = ()
+    order: str = "desc"
 
     def __post_init__(self) -> None:
+        if self.order not in ("desc", "asc"):
+            raise ValueError(f"order must be 'desc' (latest first) or 'asc' (oldest first), got {self.order!r}")
         if self.per_class < 0:
             raise ValueError(f"per_class must be >= 0, got {self.per_class}")
         if self.quality_grade not in QUALITY_GRADES:
@@ -343,7 +367,7 @@ class INatSettings:
     def identity(self) -> dict[str, Any]:
         return {"api_url": self.api_url.rstrip("/"), "quality_grade": self.quality_grade,
                 "licenses": sorted(self.licenses), "photos_per_observation": self.photos_per_observation,
-                "photo_size": self.photo_size, "params": sorted(self.params)}
+                "photo_size": self.photo_size, "params": sorted(self.params), "order": self.order}
 
 
 def sized_photo_url(url: str, size: str) -> str:
@@ -378,7 +402,10 @@ def _text(value: Any, limit: int = 500) -> str | None:
 def observation_items(obs: Mapping[str, Any], cls: INatClass, taxon: ResolvedTaxon, settings: INatSettings,
                       job_id: str) -> Iterator[StreamItem]:
     """The candidates (and licence skips) of one observation JSON (v1 schema), photos in order."""
-    from pyinaturalist.models import Observation
+    try:
+        from pyinaturalist.models import Observation
+    except ImportError:
+        raise ImportError("collecting from iNaturalist needs pyinaturalist: pip install 'curate[inat]'") from None
 
     group = cls.group
     obs_id = _int(obs.get("id"))
@@ -456,7 +483,14 @@ def observation_items(obs: Mapping[str, Any], cls: INatClass, taxon: ResolvedTax
 def class_stream(api: INatAPI, journal: Journal, cls: INatClass, taxon: ResolvedTaxon,
                  settings: INatSettings) -> Iterator[StreamItem]:
     """The ordered items of one class: earlier retryable failures, then the listing from the
-    journaled cursor (newest first, by id), with cursor checkpoints after each page."""
+    journaled cursor, with cursor checkpoints after each page.
+
+    ``order="desc"`` (latest first, the default): pages with ``id_below`` = the last id seen,
+    anchored below the newest id of the first answer. ``order="asc"`` (oldest first): pages with
+    ``id_above`` = the last id seen, anchored by ``id_below`` at the newest id when the job began
+    (one extra request). Either way the listing is fixed at the job's start, so a resumed job
+    walks the same observations, and no request ever uses ``page`` (refused past 10,000 results).
+    """
     group = cls.group
     for record in journal.retryable_failures(group):
         candidate = Candidate.from_journal(record)
@@ -464,30 +498,48 @@ def class_stream(api: INatAPI, journal: Journal, cls: INatClass, taxon: Resolved
             yield candidate
     if journal.get_state(group, "exhausted"):
         return
+    descending = settings.order == "desc"
     anchor = journal.get_state(group, "anchor")
     cursor = journal.get_state(group, "cursor")
     base: dict[str, Any] = {
-        "taxon_id": ",".join(str(i) for i in taxon.ids), "photos": "true", "order_by": "id", "order": "desc",
-        "per_page": settings.per_page,
+        "taxon_id": ",".join(str(i) for i in taxon.ids), "photos": "true", "order_by": "id",
+        "order": settings.order, "per_page": settings.per_page,
     }
     if settings.quality_grade != "any":
         base["quality_grade"] = settings.quality_grade
     if "all-rights-reserved" not in settings.licenses:
         base["photo_license"] = ",".join(settings.licenses)
     base.update(dict(settings.params))
+    if not descending and anchor is None:
+        newest = api.observations({**base, "order": "desc", "per_page": 1})
+        newest_id = _int(newest[0].get("id")) if newest else None
+        if newest_id is None:
+            yield Checkpoint(journal.set_state(group, "exhausted", True))
+            return
+        anchor = newest_id + 1
+        yield Checkpoint(journal.set_state(group, "anchor", anchor))
     while True:
-        bound = cursor if cursor is not None else anchor
         params = dict(base)
-        if bound is not None:
-            params["id_below"] = int(bound)
+        if descending:
+            bound = cursor if cursor is not None else anchor
+            if bound is not None:
+                params["id_below"] = int(bound)
+        else:
+            params["id_below"] = int(anchor)
+            if cursor is not None:
+                params["id_above"] = int(cursor)
         results = api.observations(params)
         ids = [_int(r.get("id")) for r in results]
-        listed = [(i, r) for i, r in zip(ids, results) if i is not None and (bound is None or i < int(bound))]
+        low = None if descending else cursor
+        high = (cursor if cursor is not None else anchor) if descending else anchor
+        listed = [(i, r) for i, r in zip(ids, results)
+                  if i is not None and (high is None or i < int(high)) and (low is None or i > int(low))]
         if results and not listed:
-            raise HttpError(f"{api.api_url}/observations", f"the API ignored id_below={bound} (it returned ids "
-                            f">= {bound}); is --api-url an iNaturalist v1 API?", code="bad_response")
-        listed.sort(key=lambda pair: -pair[0])
-        if anchor is None and listed:
+            raise HttpError(f"{api.api_url}/observations", f"the API ignored id_below/id_above (asked for ids "
+                            f"in ({low}, {high}), got {ids[:3]}...); is --api-url an iNaturalist v1 API?",
+                            code="bad_response")
+        listed.sort(key=lambda pair: -pair[0] if descending else pair[0])
+        if descending and anchor is None and listed:
             anchor = listed[0][0] + 1
             yield Checkpoint(journal.set_state(group, "anchor", anchor))
         for _, obs in listed:
@@ -546,6 +598,7 @@ def collect_inat(
     api_url: str = DEFAULT_API_URL,
     params: Mapping[str, Any] | None = None,
     per_page: int = MAX_PER_PAGE,
+    order: str = "desc",
     client: PoliteClient | None = None,
     photo_hosts: Sequence[str] = (),
     api_rate: str | None = DEFAULT_API_LIMITS,
@@ -560,7 +613,8 @@ def collect_inat(
     resolve_only: bool = False,
     progress: ProgressFn | None = None,
 ) -> CollectReport:
-    """Collect the latest ``per_class`` iNaturalist photos of each class into ``dataset_root``.
+    """Collect the latest ``per_class`` iNaturalist photos of each class into ``dataset_root``
+    (``order="asc"``: the oldest instead).
 
     Creates the dataset (ImageNet-1K label space) when missing. Safe to interrupt at any point
     and to run again: the job's journal (``.collect/inat-<job>.jsonl``) makes the re-run finish
@@ -574,7 +628,7 @@ def collect_inat(
         per_class=per_class, quality_grade=quality_grade,
         licenses=license_policy(licenses, allow_restricted=allow_restricted_licenses),
         photos_per_observation=photos_per_observation, photo_size=photo_size, per_page=per_page, api_url=api_url,
-        params=tuple(sorted((str(k), str(v)) for k, v in (params or {}).items())),
+        params=tuple(sorted((str(k), str(v)) for k, v in (params or {}).items())), order=order,
     )
     if not classes:
         raise ValueError("no classes to collect")

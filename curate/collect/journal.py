@@ -8,8 +8,9 @@ A job (one collector with one set of settings on one dataset) owns, under ``<dat
   quarantined / failed with a reason / skipped), and checkpoints such as a paging cursor.
 - ``<kind>-<job_id>.staging/``: downloaded bodies that are complete but not yet committed, so
   that a process killed after a download never downloads it again. Bodies are written to a
-  ``.part`` file and renamed when complete: a partial download never looks complete. File names
-  are hashes of the item key, never names from the server.
+  ``.part`` file and renamed when complete, behind a header with their length and sha256 that
+  is checked on reading: a partial download never looks complete. File names are hashes of the
+  item key, never names from the server.
 - ``<kind>-<job_id>.lock``: held while the job runs; a second process running the same job
   gets :class:`JobBusyError` (the kernel releases the lock when a process dies, even by SIGKILL).
 
@@ -26,6 +27,7 @@ import os
 import shutil
 import uuid
 from collections import Counter, defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -37,6 +39,7 @@ from curate.store.records import iso_time, to_plain
 log = logging.getLogger(__name__)
 
 COLLECT_DIR = ".collect"
+_STAGE_MAGIC = b"curate-staged-v1"
 #: Outcomes that count towards a group's quota (the item is in the dataset for that class).
 COUNTED_OUTCOMES = frozenset({"added", "present"})
 #: Every outcome an item can have, with its meaning.
@@ -82,7 +85,10 @@ class Journal:
         self.items: dict[str, dict[str, Any]] = {}
         self.state: dict[tuple[str, str], Any] = {}
         self.bad_lines = 0
+        #: sample ids that some item of this job counts (so a second item never counts them again)
+        self.counted_samples: set[str] = set()
         self._counts: Counter[str] = Counter()
+        self._cleaner: ThreadPoolExecutor | None = None
 
     # ------------------------------------------------------------------ lifecycle
     def __enter__(self) -> "Journal":
@@ -113,6 +119,9 @@ class Journal:
         self._clean_partials()
 
     def close(self) -> None:
+        if self._cleaner is not None:
+            self._cleaner.shutdown(wait=True)
+            self._cleaner = None
         if self._lock.is_locked:
             self._lock.release()
 
@@ -127,6 +136,8 @@ class Journal:
             self.items[key] = dict(record)
             if record.get("outcome") in COUNTED_OUTCOMES:
                 self._counts[str(record.get("group"))] += 1
+                if record.get("sample_id"):
+                    self.counted_samples.add(str(record["sample_id"]))
         elif kind == "state":
             self.state[(str(record.get("group")), str(record.get("name")))] = record.get("value")
 
@@ -178,33 +189,56 @@ class Journal:
         return self.staging / (hashlib.sha256(key.encode("utf-8")).hexdigest()[:40] + ".bin")
 
     def read_staged(self, key: str) -> bytes | None:
+        """The complete body staged for ``key``, or None (also when the file fails its checksum,
+        e.g. torn by a power cut: then it is fetched again)."""
         path = self.staged_path(key)
         try:
-            return path.read_bytes()
+            raw = path.read_bytes()
         except FileNotFoundError:
             return None
+        header, sep, data = raw.partition(b"\n")
+        parts = header.split(b" ")
+        if not sep or len(parts) != 3 or parts[0] != _STAGE_MAGIC:
+            path.unlink(missing_ok=True)
+            return None
+        if parts[1] != str(len(data)).encode() or parts[2] != hashlib.sha256(data).hexdigest().encode():
+            log.info("staged body of %s is damaged; fetching it again", key)
+            path.unlink(missing_ok=True)
+            return None
+        return data
 
     def stage(self, key: str, data: bytes) -> None:
-        """Keep a complete body: written to ``.part``, fsync-ed, renamed (a partial never looks whole)."""
+        """Keep a complete body for ``key``: written to ``.part`` and renamed, behind a header
+        holding its length and sha256, so that a partial or torn file is never taken for whole.
+        (Not fsync-ed: a process kill keeps the page cache; a power cut is caught by the checksum.)"""
         self.staging.mkdir(parents=True, exist_ok=True)
         target = self.staged_path(key)
         part = target.with_name(f"{target.name}.{os.getpid()}.{uuid.uuid4().hex[:6]}.part")
+        header = b"%s %d %s\n" % (_STAGE_MAGIC, len(data), hashlib.sha256(data).hexdigest().encode())
         try:
             with open(part, "wb") as handle:
+                handle.write(header)
                 handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
             os.replace(part, target)
         except BaseException:
             part.unlink(missing_ok=True)
             raise
 
     def drop_staged(self, keys: Iterable[str]) -> None:
-        for key in keys:
-            self.staged_path(key).unlink(missing_ok=True)
+        """Delete the staged bodies of ``keys`` (journaled now), on a background thread: on a busy
+        file system an unlink right after the store's flush can take milliseconds each."""
+        paths = [self.staged_path(key) for key in keys]
+        if not paths:
+            return
+        if self._cleaner is None:
+            self._cleaner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="collect-cleanup")
+        self._cleaner.submit(_unlink_all, paths)
 
     def clear_staging(self) -> None:
         """Remove the staging folder (the job finished: nothing in it is needed any more)."""
+        if self._cleaner is not None:
+            self._cleaner.shutdown(wait=True)
+            self._cleaner = None
         if self.staging.exists():
             shutil.rmtree(self.staging, ignore_errors=True)
             fsync_dir(self.dir)
@@ -213,6 +247,14 @@ class Journal:
         if self.staging.is_dir():
             for leftover in self.staging.glob("*.part"):
                 leftover.unlink(missing_ok=True)
+
+
+def _unlink_all(paths: list[Path]) -> None:
+    for path in paths:
+        try:
+            path.unlink(missing_ok=True)
+        except OSError as exc:  # a leftover is harmless: clear_staging removes the folder at the end
+            log.debug("could not delete %s: %s", path, exc)
 
 
 def read_journals(dataset_root: str | Path, kind: str | None = None) -> dict[str, list[dict[str, Any]]]:
