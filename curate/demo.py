@@ -5,9 +5,13 @@
 2. Train (or reuse) the tiny reference CLIP on each training world.
 3. Score both zero-shot on the evaluation world, split into images whose background is the
    class's common one ("aligned") and the rest ("conflicting"), and print the table.
-4. Evaluate both with the evaluation engine (papers/003 §3): the evaluation world's groups are
-   set from the ground truth (easy = common background), then 1-vs-1000 with the paper's
-   prompt and 1-vs-K over the world's classes; ``compare`` writes Table 2 and Fig. 2.
+4. Background pre-labels, measured: the reference CLIP labels the evaluation world's
+   backgrounds and is scored against the truth (it never saw a background word in training,
+   so this shows how much human review real pre-labels would still need).
+5. Spurious discovery (papers/003 §2.1) with the p = 0.9 model as the reference: easy/hard
+   backgrounds per class, checked against the planted common backgrounds.
+6. The evaluation engine on the split (papers/003 §3): both models, 1-vs-1000 with the
+   paper's prompt and 1-vs-K over the world's classes; ``compare`` writes Table 2 and Fig. 2.
 
 A CLIP that learned the shortcut scores high on aligned and low on conflicting images; the
 one trained without the correlation shows a small gap. Later stages (split, evaluate,
@@ -54,6 +58,12 @@ class DemoResult:
     shortcut: list[DemoRow]
     evaluations: list[DemoEvaluation]
     compare_dir: Path | None
+    background_agreement: float = float("nan")
+    background_chance: float = float("nan")
+    split_dir: Path | None = None
+    split_kept: int = 0
+    split_classes: int = 0
+    split_planted_easy: int = 0
 
 
 @dataclass
@@ -138,7 +148,6 @@ def run_demo(
 
 def run_full_demo(workdir: Path, settings: DemoSettings | None = None, **callbacks) -> DemoResult:
     """:func:`run_demo`, then the evaluation engine on the evaluation world (step 4)."""
-    from curate.collect.synthetic import assign_truth_groups
     from curate.compare import compare_runs
     from curate.evaluate import EvalSettings, ModelSpec, evaluate_model
     from curate.store import Dataset
@@ -146,9 +155,23 @@ def run_full_demo(workdir: Path, settings: DemoSettings | None = None, **callbac
     workdir = Path(workdir)
     shortcut = run_demo(workdir, settings, **callbacks)
     say = callbacks.get("on_stage") or (lambda message: logger.info(message))
-    eval_ds = Dataset.open(workdir / "world-eval")
-    assign_truth_groups(eval_ds)
-    say("evaluation world: groups from the ground truth (easy = the class's common background)")
+    from curate.collect.synthetic import world_spec_of
+    from curate.split.apply import split_dataset
+    from curate.split.backgrounds import label_backgrounds
+    from curate.split.discovery import SplitRule
+
+    eval_root = workdir / "world-eval"
+    reference = next(row for row in shortcut if row.p > 0.5)
+    measured = label_backgrounds(eval_root, "auto", str(reference.weights), measure=True)
+    say(f"background pre-labels by the reference CLIP: {100 * measured.agreement:.1f}% agreement with the truth "
+        f"(chance {100 * measured.chance_uniform:.1f}%)")
+    split = split_dataset(eval_root, references=[ModelSpec("auto", str(reference.weights))],
+                          rule=SplitRule(min_per_background=10), run="split-demo")
+    eval_ds = Dataset.open(eval_root)
+    common = {c.imagenet_index: c.common_background for c in world_spec_of(eval_ds).classes}
+    planted = sum(1 for s in split.kept if s.easy == common.get(s.class_index))
+    say(f"split with the p={reference.p:g} model: {len(split.kept)} of {len(split.splits)} classes kept; easy = the "
+        f"planted common background for {planted} of them")
     names = [eval_ds.label_space.name_of(c) for c in sorted({r["class_index"] for r in eval_ds.rows()})]
     world_labels = workdir / "labels-world.txt"
     world_labels.write_text("".join(f"{eval_ds.label_space.resolve(n)}  # {n}\n" for n in names))
@@ -165,7 +188,8 @@ def run_full_demo(workdir: Path, settings: DemoSettings | None = None, **callbac
                 m["groups"]["easy"]["acc1_balanced"], m["groups"]["hard"]["acc1_balanced"], m["drop"]["acc1"],
                 m["drop"]["acc1_ci95"], result.run_dir))
     _, compare_dir = compare_runs(eval_ds.root, runs=[e.run_dir.name for e in evaluations])
-    return DemoResult(shortcut, evaluations, compare_dir)
+    return DemoResult(shortcut, evaluations, compare_dir, measured.agreement, measured.chance_uniform, split.run_dir,
+                      len(split.kept), len(split.splits), planted)
 
 
 def _train_one(images, labels, names, weights, config, meta, label, queue) -> float:

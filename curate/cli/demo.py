@@ -40,7 +40,12 @@ def demo(workdir: Path, steps: int | None) -> None:
         table.add_row(row.world, f"{row.p:.3f}", f"{r.aligned_acc:.1f}", f"{r.conflicting_acc:.1f}", f"{r.gap:.1f}",
                       f"{r.n_aligned} / {r.n_conflicting}")
     out().print(table)
-    evaluation = Table(title="evaluation engine on the evaluation world, groups from the ground truth "
+    out().print(f"background pre-labels (reference CLIP vs truth): {100 * result.background_agreement:.1f}% agreement, "
+                f"chance {100 * result.background_chance:.1f}%")
+    out().print(f"split (papers/003 §2.1, reference = the p=0.9 model): {result.split_kept} of {result.split_classes} classes "
+                f"kept; easy = the planted background for {result.split_planted_easy} of {result.split_kept}; "
+                f"table and Fig. 3/4 in {result.split_dir}")
+    evaluation = Table(title="evaluation engine on the split evaluation world "
                              "(prompt 'A photo of {}.', balanced top-1 %)", title_justify="left")
     for column in ("label space", "trained on", "easy", "hard", "drop [95% CI]"):
         evaluation.add_column(column, justify="left" if column in ("label space", "trained on") else "right")
