@@ -90,21 +90,26 @@ def main() -> None:
 
     ev._load = lambda spec, settings: model  # both tools use the very same module
     subset = workdir / "subset.txt"
-    subset.write_text("\n".join(str(i) for i in sorted({r["class_index"] for r in rows} | set(range(100 - 6)))))
+    present = sorted({r["class_index"] for r in rows})
+    filler = [i for i in range(1000) if i not in present][: 100 - len(present)]
+    subset.write_text("\n".join(str(i) for i in sorted(set(present) | set(filler))))
     caption = workdir / "caption.txt"
     caption.write_text("a photo of a {}.\n")
     common = dict(device=args.device, batch_size=args.batch_size, workers=args.workers, precision=precision, bootstrap=1000)
 
     print(f"model {model.model_id} on {args.device}, {n} images, batch {args.batch_size}, workers {args.workers}, "
           f"precision {precision}, torch threads {torch.get_num_threads()}")
-    t_cb1, acc_cb = run_clip_benchmark(model, ds, rows, names, ["A photo of {c}."], args)
     start = time.perf_counter()
     first = evaluate_model(ds.root, ModelSpec(args.model), EvalSettings(**common), run_name="bench-first", overwrite=True)
     t_cu1 = time.perf_counter() - start
+    print(f"curate first pass: {t_cu1:.1f} s", flush=True)
+    t_cb1, acc_cb = run_clip_benchmark(model, ds, rows, names, ["A photo of {c}."], args)
+    print(f"CLIP_benchmark first pass: {t_cb1:.1f} s", flush=True)
 
     sub_names = [names[int(i)] for i in subset.read_text().split()]
     sub_rows = [dict(r, target=sub_names.index(names[r["class_index"]])) for r in rows]
     t_cb2, _ = run_clip_benchmark(model, ds, sub_rows, sub_names, ["a photo of a {c}."], args)
+    print(f"CLIP_benchmark re-scoring: {t_cb2:.1f} s", flush=True)
     start = time.perf_counter()
     second = evaluate_model(ds.root, ModelSpec(args.model), EvalSettings(label_space=str(subset), prompts=str(caption), **common),
                             run_name="bench-rescore", overwrite=True)
