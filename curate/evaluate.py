@@ -35,7 +35,7 @@ from curate.metrics.accuracy import (
 from curate.metrics.bootstrap import bootstrap_groups
 from curate.runs import create_run, run_name as default_run_name, unique_run_name, write_bytes, write_json
 from curate.zeroshot.candidates import CandidateSpace, build_top20, file_space, full_space, load_top20, save_top20
-from curate.zeroshot.classifier import cached_text_classifier, zero_shot_logits
+from curate.zeroshot.classifier import cached_text_classifier, classifier_for_labels, zero_shot_logits
 from curate.zeroshot.prompts import SIMPLE_TEMPLATE, PromptSet, load_prompts
 
 logger = logging.getLogger(__name__)
@@ -112,16 +112,23 @@ def _load(spec: ModelSpec, settings: EvalSettings):
     return load_model(spec.name, spec.pretrained, device=settings.device, precision=settings.precision)
 
 
-def _scores(ds, model, ids: list[str], prompts: PromptSet, settings: EvalSettings, progress) -> tuple[np.ndarray, list[str], dict[str, str], int]:
-    """Scores over the whole base label space for the ids that succeeded."""
+def _scores(ds, model, ids: list[str], prompts: PromptSet, settings: EvalSettings, progress,
+            needed: np.ndarray | None = None) -> tuple[np.ndarray, list[str], dict[str, str], int]:
+    """Scores over the base label space for the ids that succeeded; for CLIPs only the
+    ``needed`` label columns are computed (the rest are -inf, never candidates anyway)."""
     feats = compute_features(ds, model, ids, batch_size=settings.batch_size, workers=settings.workers,
                              use_cache=settings.use_cache, progress=progress)
     if model.kind == "clip":
         import torch
 
-        classifier = cached_text_classifier(model, ds.label_space.names, prompts,
-                                            ds.root / FEATURES_DIR / "text" if settings.use_cache else None)
-        scores = zero_shot_logits(torch.from_numpy(feats.values), classifier).numpy()
+        classifier = classifier_for_labels(model, ds.label_space.names, needed, prompts,
+                                           ds.root / FEATURES_DIR / "text" if settings.use_cache else None)
+        partial = zero_shot_logits(torch.from_numpy(feats.values), classifier).numpy()
+        if needed is None:
+            scores = partial
+        else:
+            scores = np.full((len(feats.sample_ids), len(ds.label_space)), -np.inf, dtype=np.float32)
+            scores[:, needed] = partial
     else:
         if not ds.label_space.is_builtin:
             raise ValueError(f"{model.model_id} is an ImageNet-1K classifier; the dataset's label space "
@@ -267,7 +274,7 @@ def evaluate_model(
     candidates.check_covers([r["class_index"] for r in rows], ds.label_space)
     loaded = _load(model, settings)
     ids = [r["sample_id"] for r in rows]
-    scores, kept, failed, encoded = _scores(ds, loaded, ids, prompts, settings, progress)
+    scores, kept, failed, encoded = _scores(ds, loaded, ids, prompts, settings, progress, candidates.needed_labels())
     by_id = {r["sample_id"]: r for r in rows}
     kept_rows = [by_id[sid] for sid in kept]
     classes = np.array([r["class_index"] for r in kept_rows], dtype=np.int64)

@@ -231,3 +231,29 @@ def test_cuda_requested_but_absent_is_a_clear_error(folder) -> None:
 def test_empty_selection_is_a_clear_error(folder) -> None:
     with pytest.raises(ValueError, match="no samples with status"):
         evaluate_model(folder.root, TINY, EvalSettings(statuses=("rejected",)))
+
+
+def test_rescoring_a_subset_slices_the_cached_classifier_and_encodes_nothing(folder, tmp_path, monkeypatch) -> None:
+    """After a 1-vs-1000 run, a subset label space with the same prompts needs no text or image encoding,
+    and equals the 1-vs-1000 scores restricted to the subset."""
+    from curate.models.clip import ClipModel
+
+    full = evaluate_model(folder.root, TINY, EvalSettings(bootstrap=10), run_name="full")
+    calls = {"text": 0}
+    real = ClipModel.encode_text
+
+    def counting(self, *args, **kwargs):
+        calls["text"] += 1
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(ClipModel, "encode_text", counting)
+    labels = tmp_path / "five.txt"
+    labels.write_text("\n".join(str(c) for c in CLASSES))
+    sub = evaluate_model(folder.root, TINY, EvalSettings(label_space=str(labels), bootstrap=10), run_name="sub")
+    assert sub.encoded == 0 and calls["text"] == 0
+    full_rows = {r["sample_id"]: r for r in pq.read_table(full.run_dir / "predictions.parquet").to_pylist()}
+    for row in pq.read_table(sub.run_dir / "predictions.parquet").to_pylist():
+        kept = [(l, s) for l, s in zip(full_rows[row["sample_id"]]["topk_labels"], full_rows[row["sample_id"]]["topk_scores"])
+                if l in CLASSES]
+        if kept:  # the best subset label among the full run's top-5 is the subset run's top-1
+            assert row["topk_labels"][0] == kept[0][0] and row["topk_scores"][0] == pytest.approx(kept[0][1])

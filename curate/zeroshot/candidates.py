@@ -62,6 +62,12 @@ class CandidateSpace:
             return sizes.pop() if len(sizes) == 1 else None
         return self.n_labels if self.shared is None else len(self.shared)
 
+    def needed_labels(self) -> np.ndarray | None:
+        """Every label any sample may be predicted as (None = the whole space)."""
+        if self.per_class is not None:
+            return np.unique(np.concatenate(list(self.per_class.values())))
+        return None if self.shared is None else self.shared
+
     def restrict(self, scores: np.ndarray, classes: np.ndarray) -> np.ndarray:
         """Scores with every non-candidate label set to -inf (per row, by the row's class)."""
         if self.shared is None and self.per_class is None:

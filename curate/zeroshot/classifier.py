@@ -50,6 +50,31 @@ def classifier_key(model_id: str, class_names: Sequence[str], prompts: PromptSet
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 
+def _cache_entry(model, class_names: Sequence[str], prompts: PromptSet, cache_dir: Path) -> tuple[Path, dict]:
+    key = classifier_key(model.model_id, class_names, prompts)
+    record = {"model_id": model.model_id, "labels": list(class_names), "templates": list(prompts.templates),
+              "version": CLASSIFIER_CACHE_VERSION}
+    return Path(cache_dir) / f"text-{key}.pt", record
+
+
+def load_cached_text_classifier(model, class_names: Sequence[str], prompts: PromptSet, cache_dir: Path | None) -> torch.Tensor | None:
+    """The cached classifier for exactly these labels and prompts, or None (never builds)."""
+    if cache_dir is None or not getattr(model, "cache_safe", True):
+        return None
+    path, record = _cache_entry(model, class_names, prompts, cache_dir)
+    if not path.exists():
+        return None
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # a torn or foreign file is rebuilt
+        logger.warning("cannot read text classifier cache %s (%s); rebuilding", path, error)
+        return None
+    if payload.get("record") != record:
+        logger.warning("text classifier cache %s was built for something else; rebuilding", path)
+        return None
+    return payload["weights"]
+
+
 def cached_text_classifier(
     model, class_names: Sequence[str], prompts: PromptSet, cache_dir: Path | None, *, batch_size: int = 1024
 ) -> torch.Tensor:
@@ -61,24 +86,35 @@ def cached_text_classifier(
     """
     if cache_dir is None or not getattr(model, "cache_safe", True):
         return build_text_classifier(model, class_names, prompts, batch_size=batch_size)
-    key = classifier_key(model.model_id, class_names, prompts)
-    path = Path(cache_dir) / f"text-{key}.pt"
-    record = {"model_id": model.model_id, "labels": list(class_names), "templates": list(prompts.templates),
-              "version": CLASSIFIER_CACHE_VERSION}
-    if path.exists():
-        try:
-            payload = torch.load(path, map_location="cpu", weights_only=True)
-            if payload.get("record") == record:
-                return payload["weights"]
-            logger.warning("text classifier cache %s was built for something else; rebuilding", path)
-        except Exception as error:  # a torn or foreign file is rebuilt
-            logger.warning("cannot read text classifier cache %s (%s); rebuilding", path, error)
+    cached = load_cached_text_classifier(model, class_names, prompts, cache_dir)
+    if cached is not None:
+        return cached
+    path, record = _cache_entry(model, class_names, prompts, cache_dir)
     weights = build_text_classifier(model, class_names, prompts, batch_size=batch_size)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     torch.save({"record": record, "weights": weights}, tmp)
     tmp.replace(path)
     return weights
+
+
+def classifier_for_labels(
+    model, all_names: Sequence[str], labels: Sequence[int] | None, prompts: PromptSet, cache_dir: Path | None,
+    *, batch_size: int = 1024,
+) -> torch.Tensor:
+    """Rows of the text classifier for ``labels`` (indices into ``all_names``; None = all).
+
+    Reuses a cached classifier of the whole label space when there is one (slicing its rows);
+    otherwise builds (and caches) only the rows asked for, so scoring a 1-vs-20 or a subset
+    label space with new prompts encodes 20 or 100 labels' prompts, not 1000.
+    """
+    if labels is None:
+        return cached_text_classifier(model, all_names, prompts, cache_dir, batch_size=batch_size)
+    labels = [int(i) for i in labels]
+    full = load_cached_text_classifier(model, all_names, prompts, cache_dir)
+    if full is not None:
+        return full[labels]
+    return cached_text_classifier(model, [all_names[i] for i in labels], prompts, cache_dir, batch_size=batch_size)
 
 
 def zero_shot_logits(image_features: torch.Tensor, classifier: torch.Tensor) -> torch.Tensor:
