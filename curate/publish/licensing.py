@@ -1,0 +1,181 @@
+"""Which images may be published, and the licence the dataset card states.
+
+Policy (issue 8):
+
+- Only images whose licence allows redistribution *and* derivative works are published:
+  :data:`PUBLISHABLE` (CC0, public domain, US government works, CC BY, BY-SA, BY-NC, BY-NC-SA).
+  A benchmark re-encodes and masks its images, so ``-nd`` licences and all-rights-reserved
+  photos (:data:`curate.collect.licenses.RESTRICTED`) are never published; neither are images
+  with no licence (iNaturalist's null licence means all rights reserved) or with a licence
+  string curate does not recognise. There is no override: whoever holds the rights to such an
+  image can set its ``license`` in the folder (``Dataset.update``) and publish again.
+- The card's ``license`` is the most restrictive licence present, when one licence present
+  covers every other (CC0 < BY < BY-SA, BY < BY-NC < BY-NC-SA, BY-SA < BY-NC-SA); otherwise
+  ``other`` with the per-image licence table in the card and every image's licence in the
+  ``license`` column and ``ATTRIBUTION.csv``.
+- Any non-commercial image (``-nc``) makes the whole card non-commercial: the card says so at
+  the top and carries the ``non-commercial`` tag, whatever the ``license`` field says.
+"""
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from curate.collect.licenses import ALL_RIGHTS_RESERVED, RESTRICTED, normalize_license
+
+#: Licence codes whose images are published (redistribution and derivatives allowed).
+PUBLISHABLE: tuple[str, ...] = ("cc0", "pd", "us-gov", "cc-by", "cc-by-sa", "cc-by-nc", "cc-by-nc-sa")
+#: Codes that forbid commercial use.
+NON_COMMERCIAL: frozenset[str] = frozenset({"cc-by-nc", "cc-by-nc-sa", "cc-by-nc-nd"})
+#: Codes with a share-alike clause.
+SHARE_ALIKE: frozenset[str] = frozenset({"cc-by-sa", "cc-by-nc-sa"})
+#: Public-domain-like codes (no conditions).
+PUBLIC_DOMAIN: frozenset[str] = frozenset({"cc0", "pd", "us-gov"})
+
+#: Why an image is not published (the card's "not published" table uses these words).
+EXCLUSION_REASONS: dict[str, str] = {
+    "no-derivatives": "licence forbids derivative works (ND)",
+    "all-rights-reserved": "all rights reserved: no right to redistribute",
+    "unlicensed": "no licence stated (treated as all rights reserved)",
+    "unknown-licence": "licence not recognised, so the right to redistribute cannot be checked",
+}
+
+#: Licence identifiers the Hugging Face Hub knows, by (curate code, version).
+HUB_LICENSE_IDS: dict[tuple[str, str], str] = {
+    ("cc0", "1.0"): "cc0-1.0",
+    ("cc-by", "2.0"): "cc-by-2.0", ("cc-by", "2.5"): "cc-by-2.5", ("cc-by", "3.0"): "cc-by-3.0",
+    ("cc-by", "4.0"): "cc-by-4.0",
+    ("cc-by-sa", "3.0"): "cc-by-sa-3.0", ("cc-by-sa", "4.0"): "cc-by-sa-4.0",
+    ("cc-by-nc", "2.0"): "cc-by-nc-2.0", ("cc-by-nc", "3.0"): "cc-by-nc-3.0", ("cc-by-nc", "4.0"): "cc-by-nc-4.0",
+    ("cc-by-nc-sa", "2.0"): "cc-by-nc-sa-2.0", ("cc-by-nc-sa", "3.0"): "cc-by-nc-sa-3.0",
+    ("cc-by-nc-sa", "4.0"): "cc-by-nc-sa-4.0",
+}
+#: The version assumed for the card when the sources do not state one (iNaturalist uses 4.0).
+DEFAULT_CC_VERSION = "4.0"
+
+_VERSION = re.compile(r"(\d)\.(\d)")
+
+
+@dataclass(frozen=True)
+class LicenceVerdict:
+    """One image's licence: the normalised code, whether it is published, and why not."""
+
+    code: str
+    publishable: bool
+    reason: str | None = None
+
+
+def classify_licence(raw: Any) -> LicenceVerdict:
+    """The verdict for a stored ``license`` value (see the module docstring for the policy).
+
+    >>> classify_licence("CC BY-NC 4.0")
+    LicenceVerdict(code='cc-by-nc', publishable=True, reason=None)
+    >>> classify_licence(None).reason
+    'unlicensed'
+    """
+    if raw is None or not str(raw).strip():
+        return LicenceVerdict(ALL_RIGHTS_RESERVED, False, "unlicensed")
+    code = normalize_license(raw)
+    if code in RESTRICTED:
+        return LicenceVerdict(code, False, "all-rights-reserved" if code == ALL_RIGHTS_RESERVED else "no-derivatives")
+    if code not in PUBLISHABLE:
+        return LicenceVerdict(code, False, "unknown-licence")
+    return LicenceVerdict(code, True)
+
+
+def licence_terms(code: str) -> frozenset[str]:
+    """The conditions of a licence code: a subset of {"by", "nc", "sa", "nd"} (empty for PD/CC0)."""
+    if code in PUBLIC_DOMAIN:
+        return frozenset()
+    if not code.startswith("cc-"):
+        raise ValueError(f"licence {code!r} has no known terms")
+    return frozenset(code[3:].split("-"))
+
+
+def licence_version(raw: Any) -> str | None:
+    """The licence version a source states ("CC BY-NC 4.0", ".../by/2.0/" -> "4.0", "2.0"), or None."""
+    if raw is None:
+        return None
+    match = _VERSION.search(str(raw))
+    return f"{match.group(1)}.{match.group(2)}" if match else None
+
+
+@dataclass
+class CardLicence:
+    """What the dataset card says about licences (see :func:`card_licence`)."""
+
+    #: The card's ``license`` field: a Hub licence id or ``other``.
+    license: str
+    #: For ``other``: a short name and where the terms are (``license_name`` / ``license_link``).
+    license_name: str | None
+    license_link: str | None
+    #: The most restrictive curate code present when one covers the others, else None.
+    most_restrictive: str | None
+    non_commercial: bool
+    share_alike: bool
+    #: Published images per licence code.
+    counts: dict[str, int] = field(default_factory=dict)
+    #: A sentence for the card when the version in ``license`` was assumed, not stated.
+    note: str | None = None
+
+    def metadata(self) -> dict[str, Any]:
+        """The card metadata fields: ``license`` (+ ``license_name``/``license_link`` for other)."""
+        meta: dict[str, Any] = {"license": self.license}
+        if self.license == "other":
+            meta["license_name"] = self.license_name
+            meta["license_link"] = self.license_link
+        return meta
+
+
+def most_restrictive(codes: Iterable[str]) -> str | None:
+    """The code present whose terms include every other code's terms, or None when none does.
+
+    Public-domain codes tie at the bottom; among them CC0 wins only when all are CC0.
+    """
+    present = sorted(set(codes))
+    if not present:
+        return None
+    terms = {c: licence_terms(c) for c in present}
+    union = frozenset().union(*terms.values())
+    covering = [c for c in present if terms[c] == union]
+    if len(covering) == 1:
+        return covering[0]
+    return None  # several public-domain codes (cc0 + pd), or no single code covers the others
+
+
+def card_licence(rows: Iterable[Mapping[str, Any]], *, attribution_file: str = "ATTRIBUTION.csv") -> CardLicence:
+    """The card's licence fields for the published rows (each with ``license_code`` and the
+    stated ``license``), following the policy of the module docstring."""
+    counts: Counter[str] = Counter()
+    versions: dict[str, set[str | None]] = {}
+    for row in rows:
+        code = row["license_code"]
+        counts[code] += 1
+        versions.setdefault(code, set()).add(licence_version(row.get("license")))
+    top = most_restrictive(counts)
+    non_commercial = any(c in NON_COMMERCIAL for c in counts)
+    share_alike = any(c in SHARE_ALIKE for c in counts)
+    note = None
+    license_id: str | None = None
+    if top is not None and top not in ("pd", "us-gov"):
+        stated = {v for v in versions[top] if v is not None}
+        default = "1.0" if top == "cc0" else DEFAULT_CC_VERSION
+        if len(stated) == 1 and None not in versions[top] and (top, next(iter(stated))) in HUB_LICENSE_IDS:
+            version = next(iter(stated))
+        else:
+            version = default
+            if top != "cc0":
+                note = (f"The sources do not state one {top.upper()} version for every image; the card's `license` "
+                        f"field names version {version}. Each image's own licence, as its source states it, is in the "
+                        f"`license_as_stated` column and in `{attribution_file}`.")
+        license_id = HUB_LICENSE_IDS.get((top, version))
+    if license_id is not None:
+        return CardLicence(license_id, None, None, top, non_commercial, share_alike, dict(counts), note)
+    if counts and set(counts) <= PUBLIC_DOMAIN:
+        name = "public-domain"
+    else:
+        name = "mixed-per-image" + ("-non-commercial" if non_commercial else "")
+    return CardLicence("other", name, attribution_file, top, non_commercial, share_alike, dict(counts), note)

@@ -1,0 +1,476 @@
+"""``curate report DIR``: one Markdown and HTML report of a dataset folder, with PNG figures beside it.
+
+Sections (each present when its inputs exist, otherwise a line saying what to run):
+
+1. **Data layout** (papers/003 Fig. 3): easy and hard images per class, from the folder's
+   current ``group`` column (``fig3_counts.png``), and the per-class table (backgrounds, counts).
+2. **Per-class drops** (Fig. 4): the reference model's easy - hard accuracy per kept class with
+   its 95% bootstrap interval, from the split run recorded in ``dataset.yaml``
+   (``fig4_drops.png``), and the classes the rule dropped, with the reason.
+3. **Evaluation** (Table 2): every evaluation run with easy/hard groups
+   (:func:`curate.compare.load_rows`): easy, hard and drop with their bootstrap intervals and
+   effective robustness; runs of the same model on the same setup (label space + prompts) count
+   once, the newest (e.g. the split's own reference runs repeat a model), the others are listed.
+   ``table2.csv`` holds the numbers.
+4. **Easy vs hard** (Fig. 2): the scatter with the logit-linear effective-robustness fit per
+   setup and y = x (``fig2_scatter.png``), and each fit's slope and intercept.
+5. **Saliency** (SSS / RMA by group): every run whose ``config.json`` says ``"kind": "explain"``
+   and whose ``summary.json`` is readable (:mod:`curate.saliency.explain`): per group, the mean
+   per-image SSS and RMA, the SSS a uniform map would get, n and NaN counts.
+6. **Gallery**: a few easy and hard images per class (``gallery.png``), chosen deterministically.
+
+:func:`build_report` writes ``report.md``, ``report.html`` (self-contained apart from the PNGs
+next to it) and the figures to ``out_dir`` (default ``DIR/runs/report``) and returns the
+Markdown path.
+"""
+from __future__ import annotations
+
+import hashlib
+import html
+import json
+import logging
+import math
+import re
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+
+from curate import __version__
+from curate.runs import RUNS_DIR, list_runs, write_bytes
+
+log = logging.getLogger(__name__)
+
+REPORT_MD = "report.md"
+REPORT_HTML = "report.html"
+DEFAULT_GALLERY = 3
+THUMB = 96
+
+
+# ----------------------------------------------------------------------------- a tiny document model
+@dataclass
+class Document:
+    """Blocks rendered both to Markdown and to HTML (inline: `code`, **bold**, [text](url))."""
+
+    title: str
+    blocks: list[tuple[str, Any]] = field(default_factory=list)
+
+    def heading(self, text: str, level: int = 2) -> None:
+        self.blocks.append(("heading", (level, text)))
+
+    def text(self, text: str) -> None:
+        self.blocks.append(("text", text))
+
+    def table(self, header: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+        self.blocks.append(("table", ([str(h) for h in header], [["" if c is None else str(c) for c in r] for r in rows])))
+
+    def image(self, path: str, alt: str) -> None:
+        self.blocks.append(("image", (path, alt)))
+
+    def code(self, text: str) -> None:
+        self.blocks.append(("code", text))
+
+    def markdown(self) -> str:
+        out = [f"# {self.title}", ""]
+        for kind, value in self.blocks:
+            if kind == "heading":
+                out += ["#" * value[0] + " " + value[1], ""]
+            elif kind == "text":
+                out += [value, ""]
+            elif kind == "table":
+                header, rows = value
+                esc = lambda c: c.replace("|", "\\|").replace("\n", " ")  # noqa: E731
+                out.append("| " + " | ".join(esc(h) for h in header) + " |")
+                out.append("|" + "---|" * len(header))
+                out += ["| " + " | ".join(esc(c) for c in row) + " |" for row in rows]
+                out.append("")
+            elif kind == "image":
+                out += [f"![{value[1]}]({value[0]})", ""]
+            elif kind == "code":
+                out += ["```", value, "```", ""]
+        return "\n".join(out).rstrip() + "\n"
+
+    def html(self) -> str:
+        body = []
+        for kind, value in self.blocks:
+            if kind == "heading":
+                body.append(f"<h{value[0]}>{_inline(value[1])}</h{value[0]}>")
+            elif kind == "text":
+                body.append(f"<p>{_inline(value)}</p>")
+            elif kind == "table":
+                header, rows = value
+                head = "".join(f"<th>{_inline(h)}</th>" for h in header)
+                cells = "".join("<tr>" + "".join(f"<td>{_inline(c)}</td>" for c in row) + "</tr>" for row in rows)
+                body.append(f"<table><thead><tr>{head}</tr></thead><tbody>{cells}</tbody></table>")
+            elif kind == "image":
+                body.append(f'<figure><img src="{html.escape(value[0])}" alt="{html.escape(value[1])}">'
+                            f"<figcaption>{html.escape(value[1])}</figcaption></figure>")
+            elif kind == "code":
+                body.append(f"<pre><code>{html.escape(value)}</code></pre>")
+        return (
+            "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<title>{html.escape(self.title)}</title><style>{_CSS}</style></head>\n<body>\n"
+            f"<h1>{html.escape(self.title)}</h1>\n" + "\n".join(body) + "\n</body></html>\n"
+        )
+
+
+_CSS = ("body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}"
+        "table{border-collapse:collapse;margin:1em 0;font-size:0.9em}th,td{border:1px solid #ccc;padding:3px 8px;"
+        "text-align:right}th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}"
+        "img{max-width:100%}figure{margin:1em 0}figcaption{color:#666;font-size:0.85em}"
+        "code{background:#f3f3f3;padding:0 3px}pre{background:#f6f6f6;padding:0.8em;overflow:auto}")
+
+
+def _inline(text: str) -> str:
+    escaped = html.escape(text, quote=False)
+    escaped = re.sub(r"`([^`]+)`", r"<code>\1</code>", escaped)
+    escaped = re.sub(r"\*\*([^*]+)\*\*", r"<strong>\1</strong>", escaped)
+    return re.sub(r"\[([^\]]+)\]\(([^)\s]+)\)", lambda m: f'<a href="{m.group(2)}">{m.group(1)}</a>', escaped)
+
+
+# ----------------------------------------------------------------------------- helpers
+def _pct(x: Any, digits: int = 1) -> str:
+    try:
+        value = float(x)
+    except (TypeError, ValueError):
+        return "—"
+    return "—" if not math.isfinite(value) else f"{100 * value:.{digits}f}"
+
+
+def _ci(ci: Any) -> str:
+    if not ci or len(ci) != 2:
+        return ""
+    low, high = _pct(ci[0]), _pct(ci[1])
+    return "" if "—" in (low, high) else f" [{low}, {high}]"
+
+
+def _num(x: Any, digits: int = 3) -> str:
+    try:
+        value = float(x)
+    except (TypeError, ValueError):
+        return "—"
+    return "—" if not math.isfinite(value) else f"{value:.{digits}f}"
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+# ----------------------------------------------------------------------------- sections
+def _split_info(ds: Any) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+    split = ds.provenance.get("split")
+    if not split or not split.get("run"):
+        return split, []
+    data = _read_json(ds.root / RUNS_DIR / str(split["run"]) / "split.json")
+    if data is None:
+        log.warning("the split run %s has no readable split.json; Fig. 4 is left out", split["run"])
+        return split, []
+    return split, [c for c in data.get("classes") or [] if "class_index" in c]
+
+
+def _layout_section(doc: Document, ds: Any, out: Path, split: Mapping[str, Any] | None,
+                    classes: Sequence[Mapping[str, Any]]) -> list[int]:
+    """Fig. 3 and the per-class table; returns the classes that have a group."""
+    from curate.split.apply import counts_figure
+
+    doc.heading("Data layout (Fig. 3)")
+    rows = ds.rows()
+    statuses = Counter(r["status"] for r in rows)
+    grouped = [r for r in rows if r["group"] in ("easy", "hard") and r["class_index"] is not None]
+    doc.text(f"{len(rows)} images in the folder (" + ", ".join(f"{n} {s}" for s, n in sorted(statuses.items()))
+             + f"); label space `{ds.label_space.name}` ({len(ds.label_space)} classes); backgrounds "
+             + ", ".join(f"`{b}`" for b in ds.backgrounds) + ".")
+    if not grouped:
+        doc.text("No image has an easy/hard group yet: run `curate split DIR --reference MODEL` first.")
+        return []
+    counts: Counter[tuple[int, str]] = Counter((int(r["class_index"]), r["group"]) for r in grouped)
+    bkgs: dict[tuple[int, str], Counter[str]] = {}
+    for r in grouped:
+        bkgs.setdefault((int(r["class_index"]), r["group"]), Counter())[r["background"] or "—"] += 1
+    indices = sorted({c for c, _ in counts})
+    names = ds.label_space.names
+    kept = [SimpleNamespace(class_index=c, n_easy=counts[(c, "easy")], n_hard=counts[(c, "hard")]) for c in indices]
+    write_bytes(out / "fig3_counts.png", counts_figure(kept, names))
+    doc.image("fig3_counts.png", "Fig. 3: easy and hard images per class")
+    if split:
+        rule = split.get("rule") or {}
+        reference = split.get("reference") or {}
+        doc.text(f"Split rule (papers/003 §2.1): backgrounds with at least {rule.get('min_per_background', '?')} "
+                 f"accepted images; easy = highest reference accuracy, hard = lowest; keep when the drop exceeds "
+                 f"{rule.get('min_drop', '?')} points" + (", significantly" if rule.get("require_significant") else "")
+                 + f". Reference model: `{reference.get('model_id') or reference.get('name')}`; split run "
+                 f"`{split.get('run')}`; {split.get('kept_classes', '?')} classes kept, "
+                 f"{split.get('dropped_classes', '?')} dropped.")
+    def bk(c: int, group: str) -> str:
+        return ", ".join(sorted(bkgs.get((c, group), {}))) or "—"
+
+    table = [[f"{names[c]} ({c})", bk(c, "easy"), counts[(c, "easy")], bk(c, "hard"), counts[(c, "hard")]]
+             for c in indices]
+    table.append(["**total**", "", sum(counts[(c, "easy")] for c in indices), "",
+                  sum(counts[(c, "hard")] for c in indices)])
+    doc.table(["class", "easy background", "easy images", "hard background", "hard images"], table)
+    return indices
+
+
+def _drops_section(doc: Document, ds: Any, out: Path, classes: Sequence[Mapping[str, Any]]) -> None:
+    from curate.split.apply import drops_figure
+
+    doc.heading("Per-class drops (Fig. 4)")
+    if not classes:
+        doc.text("No split run with a readable `split.json` is recorded in `dataset.yaml`; run `curate split`.")
+        return
+    names = ds.label_space.names
+    kept = [c for c in classes if c.get("kept")]
+    nan = float("nan")
+    objects = [SimpleNamespace(class_index=int(c["class_index"]), drop=_float(c.get("drop")),
+                               drop_ci=tuple(_float(v) for v in (c.get("drop_ci") or [nan, nan]))) for c in kept]
+    if objects:
+        write_bytes(out / "fig4_drops.png", drops_figure(objects, names))
+        doc.image("fig4_drops.png", "Fig. 4: the reference model's accuracy drop per class (95% bootstrap interval)")
+    rows = []
+    for c in sorted(kept, key=lambda c: -_float(c.get("drop"))):
+        rows.append([f"{names[int(c['class_index'])]} ({c['class_index']})" + (" (pinned)" if c.get("pinned") else ""),
+                     c.get("easy"), _pct(c.get("easy_acc")), c.get("hard"), _pct(c.get("hard_acc")),
+                     _pct(c.get("drop")) + _ci(c.get("drop_ci")), c.get("n_easy"), c.get("n_hard")])
+    doc.table(["class", "easy bkg", "easy acc. (%)", "hard bkg", "hard acc. (%)", "drop (points) [95% CI]",
+               "n easy", "n hard"], rows)
+    dropped = [c for c in classes if not c.get("kept")]
+    if dropped:
+        doc.text("Classes the rule dropped:")
+        doc.table(["class", "reason"], [[f"{names[int(c['class_index'])]} ({c['class_index']})", c.get("reason", "")]
+                                        for c in dropped])
+
+
+def _float(x: Any) -> float:
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return float("nan")
+
+
+def evaluation_rows(root: Path, runs: Sequence[str] | None = None) -> tuple[list[Any], list[tuple[str, str]]]:
+    """Table 2 rows (:class:`curate.compare.RunRow`) and the (omitted run, kept run) duplicates.
+
+    With ``runs`` None, one run per (model id, label space, prompts): the newest; effective
+    robustness is computed over the rows kept.
+    """
+    from curate.compare import load_rows
+
+    rows = load_rows(root, runs)
+    if runs:
+        return rows, []
+    order = {p.name: k for k, p in enumerate(list_runs(root))}  # oldest first
+    newest: dict[tuple[str, str, str], Any] = {}
+    for r in sorted(rows, key=lambda r: order.get(r.run, -1)):
+        newest[(r.model_id, r.label_space, r.prompts)] = r
+    keep = {r.run for r in newest.values()}
+    omitted = [(r.run, newest[(r.model_id, r.label_space, r.prompts)].run) for r in rows if r.run not in keep]
+    if omitted:
+        rows = load_rows(root, sorted(keep))
+    return rows, omitted
+
+
+def _evaluation_section(doc: Document, root: Path, out: Path, runs: Sequence[str] | None) -> None:
+    from curate.compare import scatter_png, to_csv
+    from curate.metrics.robustness import MIN_MODELS, fit_effective_robustness
+
+    doc.heading("Evaluation (Table 2)")
+    rows, omitted = evaluation_rows(root, runs)
+    if not rows:
+        doc.text("No evaluation run with easy/hard groups yet: run `curate evaluate DIR --model ...` after the split.")
+        return
+    doc.text("Balanced top-1 accuracy (%) on the easy and hard groups, the drop (mean over classes of easy - hard, "
+             "points; papers/003 App. C.3) with 95% bootstrap intervals, and effective robustness (points above the "
+             "logit-linear fit of hard on easy accuracy over the models of the same setup).")
+    table = []
+    for r in sorted(rows, key=lambda r: (r.setup, -r.easy)):
+        table.append([r.model, r.label_space, r.prompts, _pct(r.easy) + _ci(r.easy_ci), _pct(r.hard) + _ci(r.hard_ci),
+                      _pct(r.drop) + _ci(r.drop_ci), _pct(r.effective_robustness), r.n_easy, r.n_hard, f"`{r.run}`"])
+    doc.table(["model", "label space", "prompts", "easy", "hard", "drop", "effective robustness", "n easy", "n hard",
+               "run"], table)
+    write_bytes(out / "table2.csv", to_csv(rows).encode())
+    if omitted:
+        doc.text("Left out as repeats of the same model and setup (the newest run is shown): "
+                 + ", ".join(f"`{a}` (repeats `{b}`)" for a, b in omitted) + ".")
+    doc.heading("Easy vs hard (Fig. 2)")
+    write_bytes(out / "fig2_scatter.png", scatter_png(rows))
+    doc.image("fig2_scatter.png", "Fig. 2: easy vs hard accuracy, effective-robustness fit and y = x")
+    fits = []
+    for setup in sorted({r.setup for r in rows}):
+        same = [r for r in rows if r.setup == setup]
+        fit = fit_effective_robustness(np.array([r.easy for r in same]), np.array([r.hard for r in same]))
+        fits.append([setup[0], setup[1], fit.n_models, _num(fit.slope), _num(fit.intercept)])
+    doc.table(["label space", "prompts", "models", "slope", "intercept"], fits)
+    if any(f[2] < MIN_MODELS for f in fits):
+        doc.text(f"A fit needs at least {MIN_MODELS} models of one setup; below that effective robustness is undefined "
+                 "(—), since a line through two points fits every model exactly.")
+
+
+def explain_summaries(root: Path) -> tuple[list[dict[str, Any]], list[str]]:
+    """Per explain run (``config.json`` kind ``explain``): the compact by-group summary, and notes
+    for runs whose ``summary.json`` is missing or not in the expected shape.
+
+    Each entry: ``run``, ``model``, ``method``, ``layer``, ``target``, ``split`` (group | aligned |
+    None), ``groups`` {name: {sss, rma, n, n_nan, sss_uniform}}, ``overall`` {sss, rma, n, sss_uniform}.
+    """
+    entries, notes = [], []
+    for run_dir in list_runs(root):
+        config = _read_json(run_dir / "config.json") or {}
+        if config.get("kind") != "explain":
+            continue
+        summary = _read_json(run_dir / "summary.json")
+        if summary is None:
+            notes.append(f"`{run_dir.name}` has no readable summary.json (unfinished?)")
+            continue
+        try:
+            groups = {}
+            for part, entry in (summary.get("by_group") or {}).items():
+                groups[part] = {"sss": entry["sss"]["mean"], "rma": entry["rma"]["mean"], "n": entry["sss"].get("n"),
+                                "n_nan": entry["sss"].get("n_nan"), "sss_uniform": entry.get("sss_uniform")}
+            overall = summary.get("overall") or {}
+            config = summary.get("config") or config
+            entries.append({
+                "run": run_dir.name, "model": config.get("model"), "method": config.get("method"),
+                "layer": config.get("layer"), "target": config.get("target"), "split": summary.get("split"),
+                "groups": groups,
+                "overall": {"sss": overall["sss"]["per_image"]["mean"], "rma": overall["rma"]["per_image"]["mean"],
+                            "n": overall["sss"]["per_image"].get("n"), "sss_uniform": overall.get("sss_uniform")},
+                "nan": (summary.get("nan") or {}).get("count"),
+            })
+        except (KeyError, TypeError) as exc:
+            notes.append(f"`{run_dir.name}`: summary.json is not in the expected shape (missing {exc})")
+    return entries, notes
+
+
+def _saliency_section(doc: Document, root: Path) -> None:
+    entries, notes = explain_summaries(root)
+    if not entries and not notes:
+        return
+    doc.heading("Saliency: SSS and RMA by group")
+    doc.text("Per image, the mean over its predictions of the Semantic Spuriousity Score (SSS, papers/004 §3.1: "
+             "higher = more saliency outside the object, i.e. on the background) and of the Relevance Mass Accuracy "
+             "(RMA = sum(H*M) / sum(H), papers/000: the saliency mass inside the object mask); then the mean over "
+             "images of each group. `SSS uniform` is what a uniform map scores (1 - mask area): the chance level.")
+    rows = []
+    for e in entries:
+        label = f"`{e['run']}`"
+        what = " / ".join(str(x) for x in (e["model"], e["method"], e["layer"], e["target"]) if x)
+        parts = list(e["groups"].items()) + [("all", e["overall"])]
+        for part, g in parts:
+            rows.append([label, what, part, _num(g.get("sss")), _num(g.get("rma")), _num(g.get("sss_uniform")),
+                         g.get("n", ""), g.get("n_nan", "") if part != "all" else (e.get("nan") or 0)])
+    if rows:
+        doc.table(["run", "model / method / layer / target", "group", "SSS", "RMA", "SSS uniform", "n", "NaN"], rows)
+    for note in notes:
+        doc.text("Skipped: " + note + ".")
+
+
+def _thumbnail(path: Path, size: int) -> Any:
+    from PIL import Image
+
+    with Image.open(path) as img:
+        img = img.convert("RGB")
+        scale = size / max(img.width, img.height)  # small images are enlarged, large ones reduced
+        img = img.resize((max(1, round(img.width * scale)), max(1, round(img.height * scale))), Image.BICUBIC)
+        canvas = Image.new("RGB", (size, size), (255, 255, 255))
+        canvas.paste(img, ((size - img.width) // 2, (size - img.height) // 2))
+        return canvas
+
+
+def gallery_png(ds: Any, per_group: int = DEFAULT_GALLERY, thumb: int = THUMB) -> tuple[bytes | None, list[list[Any]]]:
+    """A grid: one row per class with a group, ``per_group`` easy then hard thumbnails, the class
+    and backgrounds on the left. The images are the first by a hash of their sample id (a stable,
+    unbiased pick). Returns the PNG and the table of sample ids shown."""
+    from PIL import Image, ImageDraw
+
+    rows = [r for r in ds.rows(group=["easy", "hard"]) if r["class_index"] is not None]
+    if not rows or per_group <= 0:
+        return None, []
+    by_cell: dict[tuple[int, str], list[dict[str, Any]]] = {}
+    for r in rows:
+        by_cell.setdefault((int(r["class_index"]), r["group"]), []).append(r)
+    key = lambda r: hashlib.sha256(r["sample_id"].encode()).hexdigest()  # noqa: E731
+    classes = sorted({c for c, _ in by_cell})
+    label_w, header_h, pad = 190, 22, 4
+    width = label_w + 2 * per_group * (thumb + pad) + pad * 3
+    height = header_h + len(classes) * (thumb + pad) + pad
+    grid = Image.new("RGB", (width, height), (255, 255, 255))
+    draw = ImageDraw.Draw(grid)
+    x_easy, x_hard = label_w, label_w + per_group * (thumb + pad) + pad * 3
+    draw.text((x_easy, 5), "easy", fill=(0, 90, 0))
+    draw.text((x_hard, 5), "hard", fill=(150, 0, 0))
+    names = ds.label_space.names
+    table = []
+    for k, c in enumerate(classes):
+        y = header_h + k * (thumb + pad)
+        picks = {g: sorted(by_cell.get((c, g), []), key=key)[:per_group] for g in ("easy", "hard")}
+        bkg = {g: ", ".join(sorted({r["background"] or "—" for r in by_cell.get((c, g), [])})) or "—"
+               for g in ("easy", "hard")}
+        draw.text((pad, y + 6), names[c][:28], fill=(0, 0, 0))
+        draw.text((pad, y + 24), f"easy: {bkg['easy']}"[:30], fill=(0, 90, 0))
+        draw.text((pad, y + 40), f"hard: {bkg['hard']}"[:30], fill=(150, 0, 0))
+        for g, x0 in (("easy", x_easy), ("hard", x_hard)):
+            for j, r in enumerate(picks[g]):
+                try:
+                    grid.paste(_thumbnail(ds.image_path(r), thumb), (x0 + j * (thumb + pad), y))
+                except OSError as exc:
+                    log.warning("gallery: cannot read %s (%s)", r["sample_id"], exc)
+        table.append([f"{names[c]} ({c})", ", ".join(f"`{r['sample_id']}`" for r in picks["easy"]),
+                      ", ".join(f"`{r['sample_id']}`" for r in picks["hard"])])
+    import io
+
+    buffer = io.BytesIO()
+    grid.save(buffer, "PNG", optimize=True)
+    return buffer.getvalue(), table
+
+
+# ----------------------------------------------------------------------------- the report
+def build_report(
+    root: str | Path,
+    out_dir: str | Path | None = None,
+    *,
+    runs: Sequence[str] | None = None,
+    gallery_per_group: int = DEFAULT_GALLERY,
+    title: str | None = None,
+) -> Path:
+    """Write ``report.md``, ``report.html`` and the PNG figures for the dataset at ``root``.
+
+    ``out_dir`` defaults to ``DIR/runs/report``; ``runs`` restricts Table 2 / Fig. 2 to those
+    evaluation runs (default: all, one per model and setup). Returns the Markdown file's path.
+    """
+    from curate.store import Dataset
+
+    ds = Dataset.open(root)
+    out = Path(out_dir) if out_dir is not None else ds.root / RUNS_DIR / "report"
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in ("fig2_scatter.png", "fig3_counts.png", "fig4_drops.png", "gallery.png", "table2.csv"):
+        (out / stale).unlink(missing_ok=True)  # a figure whose inputs are gone must not linger
+    doc = Document(title or f"curate report: {ds.name}")
+    doc.text(f"Dataset folder `{ds.root.name}`, written by curate {__version__}. Figures are PNG files beside "
+             f"this report; accuracies are %, drops are points, intervals are 95% bootstrap intervals.")
+    split, classes = _split_info(ds)
+    _layout_section(doc, ds, out, split, classes)
+    _drops_section(doc, ds, out, classes)
+    _evaluation_section(doc, ds.root, out, runs)
+    _saliency_section(doc, ds.root)
+    doc.heading("Gallery")
+    png, table = gallery_png(ds, gallery_per_group)
+    if png is None:
+        doc.text("No easy/hard images to show yet.")
+    else:
+        write_bytes(out / "gallery.png", png)
+        doc.image("gallery.png", f"{gallery_per_group} easy and {gallery_per_group} hard images per class")
+        doc.table(["class", "easy (sample ids)", "hard (sample ids)"], table)
+    md_path = out / REPORT_MD
+    write_bytes(md_path, doc.markdown().encode("utf-8"))
+    write_bytes(out / REPORT_HTML, doc.html().encode("utf-8"))
+    log.info("wrote the report %s (and %s)", md_path, REPORT_HTML)
+    return md_path
