@@ -12,6 +12,7 @@
    backgrounds per class, checked against the planted common backgrounds.
 6. The evaluation engine on the split (papers/003 §3): both models, 1-vs-1000 with the
    paper's prompt and 1-vs-K over the world's classes; ``compare`` writes Table 2 and Fig. 2.
+7. The report (Markdown + HTML with the figures) and the Hub folder (``load_dataset``-ready).
 
 A CLIP that learned the shortcut scores high on aligned and low on conflicting images; the
 one trained without the correlation shows a small gap. Later stages (split, evaluate,
@@ -64,6 +65,8 @@ class DemoResult:
     split_kept: int = 0
     split_classes: int = 0
     split_planted_easy: int = 0
+    report: Path | None = None
+    hub_dir: Path | None = None
 
 
 @dataclass
@@ -188,8 +191,22 @@ def run_full_demo(workdir: Path, settings: DemoSettings | None = None, **callbac
                 m["groups"]["easy"]["acc1_balanced"], m["groups"]["hard"]["acc1_balanced"], m["drop"]["acc1"],
                 m["drop"]["acc1_ci95"], result.run_dir))
     _, compare_dir = compare_runs(eval_ds.root, runs=[e.run_dir.name for e in evaluations])
-    return DemoResult(shortcut, evaluations, compare_dir, measured.agreement, measured.chance_uniform, split.run_dir,
-                      len(split.kept), len(split.splits), planted)
+    result = DemoResult(shortcut, evaluations, compare_dir, measured.agreement, measured.chance_uniform, split.run_dir,
+                        len(split.kept), len(split.splits), planted)
+    _report_and_publish(workdir, eval_ds, evaluations, result, say)
+    return result
+
+
+def _report_and_publish(workdir: Path, eval_ds, evaluations, result: DemoResult, say) -> None:
+    """Step 7 (papers/003 as a deliverable): the report and the Hub folder of the split world."""
+    from curate.publish import PublishError, write_hub_folder
+    from curate.report import build_report
+
+    result.report = build_report(eval_ds.root, workdir / "report", runs=[e.run_dir.name for e in evaluations])
+    try:
+        result.hub_dir = write_hub_folder(eval_ds.root, workdir / "hub").path
+    except PublishError as error:  # e.g. the split kept no class
+        say(f"no Hub folder: {error}")
 
 
 def _train_one(images, labels, names, weights, config, meta, label, queue) -> float:

@@ -54,4 +54,8 @@ def demo(workdir: Path, steps: int | None) -> None:
                            f"{100 * e.drop:.1f} [{100 * e.drop_ci[0]:.1f}, {100 * e.drop_ci[1]:.1f}]")
     out().print(evaluation)
     out().print(f"runs: {workdir}/world-eval/runs/  table and scatter: {result.compare_dir}/compare.md, compare.png")
+    if result.report:
+        out().print(f"report: {result.report} (and report.html beside it)")
+    if result.hub_dir:
+        out().print(f"Hub folder: {result.hub_dir} — python -c \"import datasets; print(datasets.load_dataset('{result.hub_dir}'))\"")
     out().print(f"worlds and weights are in {workdir}/ (re-running reuses them)")
