@@ -18,6 +18,7 @@ model's preprocessing), :mod:`.explain` (datasets, run folders, summaries).
 
 Names load lazily: importing ``curate.saliency`` does not import torch.
 """
+# ruff: noqa: F401  (the TYPE_CHECKING imports below are for type checkers; names load lazily)
 from __future__ import annotations
 
 import importlib
@@ -49,9 +50,23 @@ _LAZY = {
 __all__ = sorted(_LAZY)
 
 if TYPE_CHECKING:  # pragma: no cover
-    from curate.saliency.base import SaliencyError, SaliencyResult, TargetIgnoredWarning, UnknownLayerError
-    from curate.saliency.engine import Explainer, explain_with_backoff, frozen_parameters
-    from curate.saliency.explain import ExplainResult, explain_dataset, saliency_maps, summarize_by_group
+    from curate.saliency.base import (
+        SaliencyError,
+        SaliencyResult,
+        TargetIgnoredWarning,
+        UnknownLayerError,
+    )
+    from curate.saliency.engine import (
+        Explainer,
+        explain_with_backoff,
+        frozen_parameters,
+    )
+    from curate.saliency.explain import (
+        ExplainResult,
+        explain_dataset,
+        saliency_maps,
+        summarize_by_group,
+    )
     from curate.saliency.layers import default_layer, layer_candidates, resolve_layer
     from curate.saliency.masks import mask_transform_for
     from curate.saliency.methods import METHODS, MethodInfo, method_info

@@ -249,7 +249,7 @@ class Explainer:
             cams, logits, targets = self._fullgrad(x, spec, label_cols)
         else:
             cams, logits, targets = self._rollout(x, spec, label_cols)
-        maps, flat = finish_maps(cams, tuple(x.shape[-2:]))
+        maps, flat = finish_maps(cams.detach(), tuple(x.shape[-2:]))
         logits = logits.detach().float()
         return SaliencyResult(
             maps=maps,
@@ -427,7 +427,7 @@ class Explainer:
                     grads.clear()
                     score = logits.gather(1, targets[:, k:k + 1]).sum()
                     (gx,) = torch.autograd.grad(score, xi, retain_graph=k + 1 < targets.shape[1])
-                    total = minmax((gx * xi).abs().float()).sum(dim=1)  # (N, H, W)
+                    total = minmax((gx * xi.detach()).abs().float()).sum(dim=1)  # (N, H, W)
                     for i, (_, bias) in enumerate(layers):
                         g = grads.get(i)
                         if g is None:

@@ -36,7 +36,13 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from curate.metrics.spuriousity import NAN_REASONS, THRESHOLD_MODES, aggregate_scores, mean_stat, spuriousity_scores
+from curate.metrics.spuriousity import (
+    NAN_REASONS,
+    THRESHOLD_MODES,
+    aggregate_scores,
+    mean_stat,
+    spuriousity_scores,
+)
 from curate.saliency.base import SaliencyError, SaliencyResult
 from curate.saliency.masks import check_mask, input_mask, mask_transform_for
 
@@ -72,9 +78,26 @@ class ExplainResult:
 
 # ----------------------------------------------------------------------------- inputs
 def _open_dataset(dataset: "Dataset | str | Path") -> "Dataset":
-    from curate.store import Dataset
+    """Open (validating) a dataset folder; problems that touch only masks are handled per sample.
 
-    return dataset if isinstance(dataset, Dataset) else Dataset.open(Path(dataset))
+    ``Dataset.open`` refuses a folder with a mask of the wrong size or a missing mask file. Such
+    masks are exactly what explain handles sample by sample (resized, or skipped and counted in
+    ``summary.json``), so a folder whose only errors are in ``mask_path`` is opened without row
+    validation, with a warning; any other problem still refuses it.
+    """
+    from curate.store import Dataset, DatasetError
+
+    if isinstance(dataset, Dataset):
+        return dataset
+    try:
+        return Dataset.open(Path(dataset))
+    except DatasetError as error:
+        problems = [p for p in error.problems if getattr(p, "severity", "error") == "error"]
+        if not problems or any(getattr(p, "column", None) != "mask_path" for p in problems):
+            raise
+        logger.warning("%s: %d mask problems (e.g. %s); those samples are resized or skipped and counted",
+                       dataset, len(problems), problems[0])
+        return Dataset.open(Path(dataset), validate=False)
 
 
 def _load(model: "LoadedModel | str | Path", pretrained: Any, device: Any, precision: str) -> "LoadedModel":
@@ -183,6 +206,7 @@ def explain_dataset(
     prompts: Any = None,
     class_names: Mapping[int, str] | None = None,
     statuses: Sequence[str] | None = ("accepted", "candidate"),
+    sample_ids: Sequence[str] | None = None,
     limit: int | None = None,
     batch_size: int = 32,
     device: Any = None,
@@ -216,6 +240,7 @@ def explain_dataset(
         class_names: names to prompt with, by class index (default: the label space's, overridden
             by the names a curate reference CLIP was trained with).
         statuses: sample statuses to include (None: all).
+        sample_ids: explain only these samples (in the dataset's order).
         limit: explain only the first ``limit`` eligible samples.
         batch_size: images per batch (halved automatically on out-of-memory).
         device, precision: where and how to load ``model`` when it is not loaded yet.
@@ -233,7 +258,8 @@ def explain_dataset(
     Returns:
         :class:`ExplainResult`.
     """
-    from curate.runs import create_run, run_name as make_run_name, write_bytes, write_json
+    from curate.runs import create_run, write_bytes, write_json
+    from curate.runs import run_name as make_run_name
     from curate.saliency.engine import Explainer, explain_with_backoff
     from curate.saliency.targets import TargetSpec
 
@@ -251,6 +277,13 @@ def explain_dataset(
 
     # --- which samples
     rows_all = ds.rows() if statuses is None else ds.rows(status=list(statuses))
+    if sample_ids is not None:
+        wanted = set(sample_ids)
+        unknown = wanted - {r["sample_id"] for r in rows_all}
+        if unknown:
+            raise SaliencyError(f"{len(unknown)} sample ids are not in {ds.root} (with status in {statuses}): "
+                                f"{', '.join(sorted(unknown)[:5])}")
+        rows_all = [r for r in rows_all if r["sample_id"] in wanted]
     skipped: Counter = Counter()
     skipped_samples: list[dict[str, str]] = []
 
@@ -278,6 +311,7 @@ def explain_dataset(
     else:
         columns = list(range(len(space)))
     names = {i: space.names[i] for i in columns}
+    head_columns = None if loaded.kind != "clip" and columns == list(range(1000)) else columns
     names.update({i: n for i, n in model_class_names(loaded).items() if i in names})
     if class_names:
         names.update({int(i): str(n) for i, n in class_names.items() if int(i) in names})
@@ -294,7 +328,7 @@ def explain_dataset(
             f"{loaded.model_id} scores the 1000 ImageNet-1K classes but {ds.root} uses the label space "
             f"'{space.name}' ({len(space)} classes); explain it with a CLIP (zero-shot over any label space)"
         )
-    explainer = Explainer(loaded, method, layer=layer, classifier=classifier, columns=columns,
+    explainer = Explainer(loaded, method, layer=layer, classifier=classifier, columns=head_columns,
                           **_method_options(method_options, loaded))
 
     config = {
@@ -317,6 +351,7 @@ def explain_dataset(
         "precision": loaded.precision,
         "statuses": list(statuses) if statuses is not None else None,
         "limit": limit,
+        "sample_ids": len(sample_ids) if sample_ids is not None else None,
         "method_options": dict(method_options or {}),
     }
     run_dir: Path | None = None
@@ -380,7 +415,8 @@ def explain_dataset(
         if progress:
             progress(done, len(rows))
     if instance_masks:
-        logger.warning("%d masks hold instance ids (values > 1): every non-zero pixel counted as the object",
+        logger.warning("%d masks hold values other than 0/1 (instance ids, 0/255): every non-zero pixel counted as "
+                       "the object",
                        instance_masks)
     if resized_masks:
         logger.warning("%d masks were not the size of their image and were resized to it (same aspect ratio)",
@@ -463,12 +499,20 @@ def _score_batch(result: SaliencyResult, masks: torch.Tensor, rows: list[dict[st
                 reason = CONSTANT_MAP
             if reason is not None:
                 nan_counts[reason] += 1
+            info = image_info[sid]
             records.append({
                 "sample_id": sid,
+                "class_index": info["class_index"],
                 "target_rank": j,
                 "target_index": int(targets[i, j]),
                 "target_name": names.get(int(targets[i, j])),
                 "target_score": float(target_scores[i, j]),
+                "predicted_index": info["predicted_index"],
+                "correct": info["correct"],
+                "group": info["group"],
+                "background": info["background"],
+                "aligned": info["aligned"],
+                "mask_fraction": info["mask_fraction"],
                 "sss": float(sss[i, j]),
                 "rma": float(rma[i, j]),
                 "nan_reason": reason,
@@ -495,9 +539,11 @@ def _split_value(info: Mapping[str, Any], split: str | None) -> str | None:
 
 def _predictions_table(records: list[dict[str, Any]]) -> pa.Table:
     schema = pa.schema([
-        ("sample_id", pa.string()), ("target_rank", pa.int32()), ("target_index", pa.int32()),
-        ("target_name", pa.string()), ("target_score", pa.float32()), ("sss", pa.float64()),
-        ("rma", pa.float64()), ("nan_reason", pa.string()),
+        ("sample_id", pa.string()), ("class_index", pa.int32()), ("target_rank", pa.int32()),
+        ("target_index", pa.int32()), ("target_name", pa.string()), ("target_score", pa.float32()),
+        ("predicted_index", pa.int32()), ("correct", pa.bool_()), ("group", pa.string()), ("background", pa.string()),
+        ("aligned", pa.bool_()), ("mask_fraction", pa.float64()), ("sss", pa.float64()), ("rma", pa.float64()),
+        ("nan_reason", pa.string()),
     ])
     return pa.Table.from_pylist(records, schema=schema)
 
@@ -602,7 +648,7 @@ def _summary(records, image_info, split, config, nan_counts, skipped, skipped_sa
         "per_class": {"sss": scores["sss"]["per_class"], "rma": scores["rma"]["per_class"]},
         "nan": {"count": int(sum(nan_counts.values())), "reasons": dict(nan_counts)},
         "skipped": {"count": int(sum(skipped.values())), "reasons": dict(skipped), "samples": skipped_samples},
-        "masks": {"instance_ids": instance_masks, "resized": resized_masks},
+        "masks": {"non_binary": instance_masks, "resized": resized_masks},
         "timing": {"seconds": round(seconds, 3), "images_per_second": round(len(image_info) / seconds, 2)
                    if seconds > 0 else None, "final_batch_size": chunk},
     }

@@ -162,23 +162,24 @@ def layer_candidates(model: "LoadedModel", limit: int = 40) -> list[str]:
 def resolve_layer(model: "LoadedModel", name: str) -> tuple[str, nn.Module]:
     """``(canonical dotted name under model.module, module)`` for a layer ``name``.
 
-    ``name`` may be relative to ``model.module`` (``"visual.layer4"``) or to the image tower
-    (``"layer4"``), with negative list indices (``"transformer.resblocks.-1.ln_1"``).
+    ``name`` is looked up in the image tower: relative to it (``"layer4"``) or with its prefix
+    (``"visual.layer4"``), with negative list indices (``"transformer.resblocks.-1.ln_1"``).
+    A CLIP's text tower is never searched (it does not see the image).
     """
     prefix, tower = vision_tower(model)
-    attempts = [(model.module, "")] + ([(tower, prefix)] if prefix else [])
-    for root, root_prefix in attempts:
-        try:
-            module, canonical = _walk(root, name)
-        except KeyError:
-            continue
-        return (f"{root_prefix}.{canonical}" if root_prefix else canonical), module
+    relative = name[len(prefix) + 1:] if prefix and name.startswith(prefix + ".") else name
+    try:
+        module, canonical = _walk(tower, relative)
+    except KeyError:
+        pass
+    else:
+        return (f"{prefix}.{canonical}" if prefix else canonical), module
     from curate.models.base import close_matches
 
-    all_names = [n for n, _ in model.module.named_modules() if n]
-    suggestions = close_matches(name, all_names, n=5)
+    all_names = [f"{prefix}.{n}" if prefix else n for n, _ in tower.named_modules() if n]
+    suggestions = close_matches(name if name.startswith(prefix) or not prefix else f"{prefix}.{name}", all_names, n=5)
     candidates = layer_candidates(model)
-    message = f"{model.model_id} has no layer {name!r}"
+    message = f"{model.model_id} has no layer {name!r} in its image tower"
     if suggestions:
         message += f"; close matches: {', '.join(suggestions)}"
     message += f"; layers you can name: {', '.join(candidates)}"

@@ -46,7 +46,28 @@ def _name(t: Any) -> str:
     return getattr(t, "__name__", None) or type(t).__name__
 
 
-def mask_transform_for(preprocess: Any) -> Callable[[np.ndarray], torch.Tensor]:
+class MaskTransform:
+    """The geometric steps of a preprocessing pipeline, applied to a mask (picklable, for workers)."""
+
+    def __init__(self, steps: list[Any]) -> None:
+        self.steps = steps
+
+    def __call__(self, mask: np.ndarray) -> torch.Tensor:
+        """``(H, W)`` mask (any non-zero = relevant) -> ``(h, w)`` bool tensor on the model input."""
+        image = Image.fromarray(np.where(np.asarray(mask) != 0, 255, 0).astype(np.uint8), mode="L")
+        for step in self.steps:
+            image = step(image)
+        if isinstance(image, torch.Tensor):
+            array = image.squeeze().cpu().numpy()
+            scale = 1.0 if array.dtype != np.uint8 and array.max() <= 1.0 else 255.0
+            return torch.from_numpy(array.astype(np.float32) / scale >= 0.5)
+        return torch.from_numpy(np.asarray(image) >= 128)
+
+    def __repr__(self) -> str:
+        return f"MaskTransform({', '.join(_name(s) for s in self.steps)})"
+
+
+def mask_transform_for(preprocess: Any) -> MaskTransform:
     """A function ``(H, W) mask -> (h, w) bool tensor`` applying ``preprocess``'s geometry.
 
     Raises :class:`SaliencyError` naming a transform it cannot carry a mask through (pass your
@@ -68,19 +89,7 @@ def mask_transform_for(preprocess: Any) -> Callable[[np.ndarray], torch.Tensor]:
             f"cannot carry masks through the model's transform {name} ({step!r}); pass mask_transform= "
             "(a function from an (H, W) mask array to the (h, w) bool mask on the model input)"
         )
-
-    def apply(mask: np.ndarray) -> torch.Tensor:
-        image = Image.fromarray(np.where(np.asarray(mask) != 0, 255, 0).astype(np.uint8), mode="L")
-        for step in kept:
-            image = step(image)
-        if isinstance(image, torch.Tensor):
-            array = image.squeeze().cpu().numpy()
-            scale = 1.0 if array.dtype != np.uint8 and array.max() <= 1.0 else 255.0
-            return torch.from_numpy(array.astype(np.float32) / scale >= 0.5)
-        return torch.from_numpy(np.asarray(image) >= 128)
-
-    apply.steps = kept  # type: ignore[attr-defined]
-    return apply
+    return MaskTransform(kept)
 
 
 def check_mask(mask: np.ndarray, image_size: tuple[int, int]) -> tuple[np.ndarray | None, str | None, bool]:

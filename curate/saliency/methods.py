@@ -27,6 +27,16 @@ grad-rollout   as rollout with ``mean_heads(relu(P_l * dy/dP_l))``             G
                                                                                (vit-explain)
 =============  ==============================================================  ==============
 
+Default layers (any other can be named with ``layer=``; :mod:`curate.saliency.layers`):
+
+- gradcam, gradcam++, xgradcam, layercam, eigencam, eigengradcam, scorecam, ablationcam: one
+  layer; by default the last block's first norm (``ln_1`` / ``norm1``) for a ViT, and for a
+  CNN the last stage whose map has at least 4 cells per side (``layer4`` of a ResNet at 224 px;
+  ``layer2`` of the 48 px reference CLIP, whose ``layer4`` is 1 x 1);
+- fullgrad: every ``Conv2d`` / ``BatchNorm2d`` with a bias in the image tower, plus the input
+  (no ``layer``);
+- rollout, grad-rollout: every attention block of a ViT (no ``layer``).
+
 EigenCAM's sign: an SVD fixes the principal direction only up to sign, and pytorch-grad-cam's
 ``EigenCAM`` keeps whatever LAPACK returns (its map can come out inverted and then mostly
 clipped by the ReLU). curate flips the projection when ``|min| > |max|`` (the sign correction
