@@ -12,7 +12,9 @@
    backgrounds per class, checked against the planted common backgrounds.
 6. The evaluation engine on the split (papers/003 §3): both models, 1-vs-1000 with the
    paper's prompt and 1-vs-K over the world's classes; ``compare`` writes Table 2 and Fig. 2.
-7. The report (Markdown + HTML with the figures) and the Hub folder (``load_dataset``-ready).
+7. Saliency (papers/004, papers/000): mean SSS and RMA on easy vs hard images for both models,
+   with GradCAM and LayerCAM (the methods disagree on this world; see the README).
+8. The report (Markdown + HTML with the figures) and the Hub folder (``load_dataset``-ready).
 
 A CLIP that learned the shortcut scores high on aligned and low on conflicting images; the
 one trained without the correlation shows a small gap. Later stages (split, evaluate,
@@ -23,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -67,6 +69,7 @@ class DemoResult:
     split_planted_easy: int = 0
     report: Path | None = None
     hub_dir: Path | None = None
+    saliency: list[dict] = field(default_factory=list)
 
 
 @dataclass
@@ -193,8 +196,27 @@ def run_full_demo(workdir: Path, settings: DemoSettings | None = None, **callbac
     _, compare_dir = compare_runs(eval_ds.root, runs=[e.run_dir.name for e in evaluations])
     result = DemoResult(shortcut, evaluations, compare_dir, measured.agreement, measured.chance_uniform, split.run_dir,
                         len(split.kept), len(split.splits), planted)
+    result.saliency = _saliency(eval_ds.root, shortcut, say)
     _report_and_publish(workdir, eval_ds, evaluations, result, say)
     return result
+
+
+SALIENCY_METHODS = ("gradcam", "layercam")
+
+
+def _saliency(root: Path, shortcut: list[DemoRow], say) -> list[dict]:
+    """SSS / RMA by group for each model and method (true-class target), written as explain runs."""
+    from curate.saliency import summarize_by_group
+
+    rows = []
+    for row in shortcut:
+        for method in SALIENCY_METHODS:
+            name = f"demo-explain-{row.world.replace('=', '')}-{method}"
+            summary = summarize_by_group(root, row.weights, method=method, target="true", label_space="present",
+                                         run_name=name, overwrite=True)
+            rows.append({**summary, "model": row.world, "method": method, "run": name})
+    say(f"saliency: {len(rows)} explain runs ({', '.join(SALIENCY_METHODS)}) on the split evaluation world")
+    return rows
 
 
 def _report_and_publish(workdir: Path, eval_ds, evaluations, result: DemoResult, say) -> None:
@@ -202,6 +224,7 @@ def _report_and_publish(workdir: Path, eval_ds, evaluations, result: DemoResult,
     from curate.publish import PublishError, write_hub_folder
     from curate.report import build_report
 
+    # explain runs are picked up by the report by their kind; runs= only selects Table 2's rows
     result.report = build_report(eval_ds.root, workdir / "report", runs=[e.run_dir.name for e in evaluations])
     try:
         result.hub_dir = write_hub_folder(eval_ds.root, workdir / "hub").path

@@ -53,6 +53,18 @@ def demo(workdir: Path, steps: int | None) -> None:
         evaluation.add_row(e.label_space, e.model, f"{100 * e.easy:.1f}", f"{100 * e.hard:.1f}",
                            f"{100 * e.drop:.1f} [{100 * e.drop_ci[0]:.1f}, {100 * e.drop_ci[1]:.1f}]")
     out().print(evaluation)
+    if result.saliency:
+        sal = Table(title="saliency on the split evaluation world, true-class target (SSS: lower = on the object; "
+                          "RMA: mass on the object)", title_justify="left")
+        for column in ("trained on", "method", "SSS easy", "SSS hard", "RMA easy", "RMA hard", "uniform-map SSS"):
+            sal.add_column(column, justify="left" if column in ("trained on", "method") else "right")
+        for s in result.saliency:
+            g = s.get("groups") or {}
+            easy, hard = g.get("easy") or g.get("aligned") or {}, g.get("hard") or g.get("conflicting") or {}
+            sal.add_row(s["model"], s["method"], f"{easy.get('sss', float('nan')):.3f}", f"{hard.get('sss', float('nan')):.3f}",
+                        f"{easy.get('rma', float('nan')):.3f}", f"{hard.get('rma', float('nan')):.3f}",
+                        f"{(s.get('overall') or {}).get('sss_uniform', float('nan')):.3f}")
+        out().print(sal)
     out().print(f"runs: {workdir}/world-eval/runs/  table and scatter: {result.compare_dir}/compare.md, compare.png")
     if result.report:
         out().print(f"report: {result.report} (and report.html beside it)")
