@@ -105,8 +105,9 @@ def test_dry_run_needs_no_token_mongodb_or_network(world, monkeypatch) -> None:
 def test_real_fiftyone_collection_is_built_and_exported(world, tmp_path: Path, monkeypatch) -> None:
     """The default builder against a real MongoDB; the pusher stub exports the collection exactly
     as push_to_hub does before it uploads (FiftyOneDataset format, media included)."""
-    pytest.importorskip("fiftyone")
-    import fiftyone as fo
+    from curate.review.fiftyone import import_fiftyone_module
+
+    fo = import_fiftyone_module()  # dodges the importlib_metadata backport (see its docstring)
     import fiftyone.core.odm.database as fodb
 
     from curate.review.services import provision_mongod, start_mongod

@@ -58,7 +58,9 @@ def mongo(tmp_path_factory):
 
 def _connect(uri: str) -> None:
     """Point FiftyOne (one client per process) at ``uri``; other suites may have moved it."""
-    import fiftyone as fo
+    from curate.review.fiftyone import import_fiftyone_module
+
+    fo = import_fiftyone_module()  # the first import in a session must dodge the importlib_metadata backport
     import fiftyone.core.odm.database as fodb
 
     if fo.config.database_uri != uri:

@@ -96,6 +96,46 @@ DEFAULT_PORT = 5151
 # ---------------------------------------------------------------------------------------------
 
 
+class _MissingKeysAreNone:
+    """A package-metadata Message whose missing keys read as None (the stdlib's documented behaviour)."""
+
+    def __init__(self, message: Any) -> None:
+        self._message = message
+
+    def __getitem__(self, key: str) -> Any:
+        try:
+            return self._message[key]
+        except KeyError:
+            return None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._message, name)
+
+
+def import_fiftyone_module() -> Any:
+    """``import fiftyone``, safe against the importlib_metadata backport (no database check).
+
+    FiftyOne imports ``eta``, whose ``eta.constants`` reads ``metadata("voxel51-eta")["author"]``
+    through the stdlib ``importlib.metadata``, where a missing key is None. Once another package
+    has imported the ``importlib_metadata`` backport (pyinaturalist does), the lookup returns the
+    backport's Message, which raises KeyError for the missing "author", and ``import fiftyone``
+    fails (measured: ``python -c "import pyinaturalist; import fiftyone"``). So while FiftyOne
+    imports, ``importlib.metadata.metadata`` answers with a Message whose missing keys are None.
+    """
+    import importlib.metadata as metadata
+    import sys
+
+    if "fiftyone" in sys.modules:
+        return sys.modules["fiftyone"]
+    real = metadata.metadata
+    metadata.metadata = lambda name: _MissingKeysAreNone(real(name))  # type: ignore[assignment]
+    try:
+        import fiftyone
+    finally:
+        metadata.metadata = real
+    return fiftyone
+
+
 def import_fiftyone() -> Any:
     """``fiftyone``, imported after making sure it has a database (see services)."""
     from curate.review.services import ensure_fiftyone_database
@@ -103,7 +143,7 @@ def import_fiftyone() -> Any:
     os.environ.setdefault("FIFTYONE_DO_NOT_TRACK", "true")  # offline-first: no usage pings
     ensure_fiftyone_database()
     try:
-        import fiftyone as fo
+        fo = import_fiftyone_module()
     except ImportError as exc:
         raise ReviewError(f"FiftyOne is not importable ({exc}); install curate's extra: pip install 'curate[fiftyone]' "
                           "(and graphql-core<3.3, which FiftyOne 1.22's strawberry needs)") from None
