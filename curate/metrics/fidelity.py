@@ -1,0 +1,366 @@
+"""Fidelity of explanations: Fid+/Fid-, R-Fidelity and F-Fidelity (papers/002 §2.3-§3, §5).
+
+Elements are the pixels of the model's *input* grid (all channels of a pixel go together).
+An explanation is a score per pixel, ``(N, H, W)``; at sparsity ``s`` the explanation set is
+the ``k = round(s * D)`` highest-scoring pixels (``D = H * W``; ties broken by a seeded random
+order), its complement the other ``D - k``.
+
+Removal replaces a pixel by the **baseline**: zero in the model's normalised input space, i.e.
+the per-channel normalisation mean (ImageNet/CLIP mean colour) for the usual
+``Normalize(mean, std)`` preprocessing (``baseline=`` takes any other value, e.g. a tensor).
+
+With ``f`` the model, ``y`` the label, ``m`` the explanation mask and ``1[.]`` an indicator
+(``score="accuracy"``; ``score="probability"`` uses ``p_f(y | .)`` instead, smoother on few
+samples):
+
+- Fidelity (papers/002 eqs. 1-2), MoRF / LeRF::
+
+      Fid+ = 1/N sum_i ( 1[f(x_i) = y_i] - 1[f(x_i - m_i) = y_i] )      remove the explanation
+      Fid- = 1/N sum_i ( 1[f(x_i) = y_i] - 1[f(x_i ∩ m_i) = y_i] )      keep only the explanation
+
+- R-Fidelity (Zheng et al. 2024; papers/002 eqs. 3-4): the removal is stochastic, a sampling
+  function removes ``round(alpha+ * k)`` pixels drawn uniformly from the explanation (Fid+) or
+  ``round(alpha- * (D - k))`` from its complement (Fid-); averaged over ``S`` samples.
+  ``alpha = 1`` gives back Fid.
+- F-Fidelity (papers/002 §3, eqs. 5-6, Alg. 1): R-Fidelity on a model fine-tuned with random
+  masks removing at most ``beta * D`` pixels (:func:`finetune`), with the removal capped at the
+  same bound: ``alpha+' = min(alpha+, beta * D / k)``, ``alpha-' = min(alpha-, beta * D / (D - k))``,
+  so at most ``floor(beta * D)`` pixels are ever removed.
+
+Higher Fid+ and lower Fid- mean a more faithful explanation. Curves over sparsity
+(papers/002 §5: 5 %-95 % in 5 % steps) are summarised by their AUC (trapezoid, divided by the
+sparsity range, so an AUC is the curve's mean); the *macro* Spearman correlation of the AUCs with
+the ground-truth order of a degraded series is the paper's check (:func:`degrade`, :func:`spearman`).
+"""
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+#: The paper's defaults (papers/002 App. D, figure names: MoRF/LeRF 0.5, threshold 0.1).
+DEFAULT_ALPHA = 0.5
+DEFAULT_BETA = 0.1
+DEFAULT_SAMPLES = 10
+DEFAULT_SPARSITIES = tuple(round(0.05 * i, 2) for i in range(1, 20))
+METRICS = ("fid_plus", "fid_minus", "rfid_plus", "rfid_minus", "ffid_plus", "ffid_minus")
+SCORES = ("accuracy", "probability")
+
+Predict = Callable[[torch.Tensor], torch.Tensor]  # (N, 3, H, W) -> logits (N, C)
+
+
+class FidelityError(ValueError):
+    """Bad arguments to a fidelity computation."""
+
+
+# ----------------------------------------------------------------------------- elements
+def pixel_ranks(explanations: torch.Tensor, *, generator: torch.Generator | None = None) -> torch.Tensor:
+    """``(N, D)`` rank of each pixel, 0 = most important; ties broken by a seeded random order."""
+    e = explanations.reshape(explanations.shape[0], -1).float()
+    e = torch.nan_to_num(e, nan=float("-inf"))
+    jitter = torch.rand(e.shape, generator=generator, device=e.device, dtype=torch.float64)
+    # lexicographic sort: by score (descending), then by the random jitter
+    order = torch.argsort(jitter, dim=1)
+    e_perm = torch.gather(e, 1, order)
+    order = torch.gather(order, 1, torch.argsort(-e_perm, dim=1, stable=True))
+    ranks = torch.empty_like(order)
+    ranks.scatter_(1, order, torch.arange(e.shape[1], device=e.device).expand_as(order).contiguous())
+    return ranks
+
+
+def explanation_size(sparsity: float, d: int) -> int:
+    """Number of pixels in the explanation set at a sparsity (at least 1, at most D - 1)."""
+    return int(min(max(round(float(sparsity) * d), 1), d - 1))
+
+
+def removal_counts(sparsity: float, d: int, alpha_plus: float, alpha_minus: float,
+                   beta: float | None = None) -> tuple[int, int]:
+    """Pixels removed for (Fid+, Fid-) at a sparsity: ``alpha * |set|``, capped at ``beta * D`` (eq. 6)."""
+    k = explanation_size(sparsity, d)
+    plus, minus = round(alpha_plus * k), round(alpha_minus * (d - k))
+    if beta is not None:
+        cap = int(math.floor(beta * d + 1e-9))
+        plus, minus = min(plus, cap), min(minus, cap)
+    return int(plus), int(minus)
+
+
+def stochastic_removal(ranks: torch.Tensor, k: int, count: int, *, explanation: bool, samples: int,
+                       generator: torch.Generator | None = None) -> torch.Tensor:
+    """``(S, N, D)`` bool masks of removed pixels: ``count`` drawn uniformly without replacement
+    from the explanation set (``rank < k``) or, with ``explanation=False``, from its complement.
+    ``count`` equal to the set size removes the whole set (deterministic Fid)."""
+    n, d = ranks.shape
+    inset = ranks < k if explanation else ranks >= k
+    keys = torch.rand((samples, n, d), generator=generator, device=ranks.device)
+    keys = torch.where(inset.unsqueeze(0), keys, torch.full_like(keys, 2.0))
+    if count <= 0:
+        return torch.zeros((samples, n, d), dtype=torch.bool, device=ranks.device)
+    idx = torch.topk(keys, count, dim=-1, largest=False).indices
+    removed = torch.zeros((samples, n, d), dtype=torch.bool, device=ranks.device)
+    removed.scatter_(-1, idx, True)
+    return removed
+
+
+def random_input_masks(n: int, hw: tuple[int, int], beta: float, *, generator: torch.Generator | None = None,
+                       device: Any = "cpu") -> torch.Tensor:
+    """``(N, H, W)`` bool masks for fine-tuning (papers/002 eq. 5): each removes a uniformly random
+    number in ``[0, floor(beta * D)]`` of uniformly random pixels, never more than ``beta * D``."""
+    d = hw[0] * hw[1]
+    cap = int(math.floor(beta * d + 1e-9))
+    counts = torch.randint(0, cap + 1, (n, 1), generator=generator, device=device)
+    keys = torch.rand((n, d), generator=generator, device=device)
+    ranks = torch.argsort(torch.argsort(keys, dim=1), dim=1)
+    return (ranks < counts).reshape(n, *hw)
+
+
+def apply_removal(images: torch.Tensor, removed: torch.Tensor, baseline: Any = 0.0) -> torch.Tensor:
+    """Replace removed pixels (``removed`` broadcastable to ``(N, 1, H, W)``) by the baseline."""
+    if removed.ndim == 3:
+        removed = removed.unsqueeze(1)
+    base = torch.as_tensor(baseline, dtype=images.dtype, device=images.device)
+    if base.ndim == 1:
+        base = base.view(1, -1, 1, 1)
+    return torch.where(removed, base.expand_as(images) if base.ndim else base, images)
+
+
+# ----------------------------------------------------------------------------- scoring
+def _correct(logits: torch.Tensor, labels: torch.Tensor, score: str) -> torch.Tensor:
+    if score == "accuracy":
+        return (logits.argmax(-1) == labels).float()
+    return logits.float().softmax(-1).gather(-1, labels.unsqueeze(-1)).squeeze(-1)
+
+
+@torch.no_grad()
+def _scores(predict: Predict, images: torch.Tensor, labels: torch.Tensor, removed: torch.Tensor,
+            baseline: Any, score: str, chunk: int) -> torch.Tensor:
+    """Mean over samples of the score of each image with ``removed`` (S, N, D) pixels removed: (N,)."""
+    s, n, d = removed.shape
+    h, w = images.shape[-2:]
+    flat = removed.reshape(s * n, h, w)
+    rep = images.unsqueeze(0).expand(s, *images.shape).reshape(s * n, *images.shape[1:])
+    lab = labels.repeat(s)
+    out = []
+    for i in range(0, s * n, chunk):
+        x = apply_removal(rep[i:i + chunk], flat[i:i + chunk], baseline)
+        out.append(_correct(predict(x), lab[i:i + chunk], score))
+    return torch.cat(out).reshape(s, n).mean(0)
+
+
+@dataclass
+class FidelityCurves:
+    """Per-sparsity curves (one value per sparsity, averaged over images) and their AUCs."""
+
+    sparsities: list[float]
+    curves: dict[str, list[float]]
+    per_image: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+    n_images: int = 0
+
+    @property
+    def aucs(self) -> dict[str, float]:
+        return {name: auc(self.sparsities, values) for name, values in self.curves.items()}
+
+
+def auc(sparsities: Sequence[float], values: Sequence[float]) -> float:
+    """Trapezoid area under a curve over sparsity, divided by the sparsity range (= its mean)."""
+    x = np.asarray(sparsities, dtype=float)
+    y = np.asarray(values, dtype=float)
+    if len(x) == 1:
+        return float(y[0])
+    area = float(np.sum((x[1:] - x[:-1]) * (y[1:] + y[:-1]) / 2))
+    return area / float(x[-1] - x[0])
+
+
+def fidelity_curves(
+    predict: Predict,
+    images: torch.Tensor,
+    explanations: torch.Tensor,
+    labels: Sequence[int] | torch.Tensor,
+    *,
+    sparsities: Sequence[float] = DEFAULT_SPARSITIES,
+    alpha: float | tuple[float, float] = DEFAULT_ALPHA,
+    beta: float = DEFAULT_BETA,
+    samples: int = DEFAULT_SAMPLES,
+    finetuned: Predict | None = None,
+    baseline: Any = 0.0,
+    score: str = "accuracy",
+    metrics: Sequence[str] = METRICS,
+    seed: int = 0,
+    chunk: int = 256,
+) -> FidelityCurves:
+    """Fid+/Fid- (eqs. 1-2), R-Fid+/R-Fid- (eqs. 3-4) and F-Fid+/F-Fid- (eq. 6) curves.
+
+    Args:
+        predict: ``(N, 3, H, W)`` model input -> logits ``(N, C)``; labels index its columns.
+        images: ``(N, 3, H, W)`` preprocessed inputs (on the device ``predict`` expects).
+        explanations: ``(N, H, W)`` (or ``(N, 1, H, W)``) scores on the same grid.
+        labels: the class column of each image.
+        sparsities: explanation sizes as fractions of the pixels.
+        alpha: ``alpha`` or ``(alpha+, alpha-)`` of R-/F-Fidelity.
+        beta: F-Fidelity's bound on removed pixels (as a fraction of the input).
+        samples: stochastic removals per image and sparsity (evaluated in batches).
+        finetuned: the fine-tuned model for F-Fidelity (:func:`finetune`); None skips ``ffid_*``.
+        baseline: value of a removed pixel in input space (default 0 = the normalisation mean).
+        score: ``"accuracy"`` (the paper's indicator) or ``"probability"`` of the label.
+        metrics: which of :data:`METRICS` to compute.
+        seed: seeds tie-breaking and every random removal (same seed -> same numbers).
+        chunk: images per forward pass.
+    """
+    if score not in SCORES:
+        raise FidelityError(f"score must be one of {SCORES}, got {score!r}")
+    a_plus, a_minus = (alpha, alpha) if np.isscalar(alpha) else tuple(alpha)  # type: ignore[misc]
+    for a in (a_plus, a_minus, beta):
+        if not 0 < float(a) <= 1:
+            raise FidelityError(f"alpha and beta must be in (0, 1], got {a}")
+    if samples < 1:
+        raise FidelityError("samples must be >= 1")
+    if explanations.ndim == 4:
+        explanations = explanations[:, 0]
+    n, h, w = explanations.shape
+    if images.shape[0] != n or tuple(images.shape[-2:]) != (h, w):
+        raise FidelityError(f"explanations {tuple(explanations.shape)} do not match images {tuple(images.shape)}")
+    metrics = [m for m in metrics if m in METRICS and (finetuned is not None or not m.startswith("ffid"))]
+    device = images.device
+    labels_t = torch.as_tensor(labels, dtype=torch.long, device=device)
+    gen = torch.Generator(device=device)
+    gen.manual_seed(int(seed))
+    d = h * w
+    ranks = pixel_ranks(explanations.to(device), generator=gen)
+    base = {"orig": _scores(predict, images, labels_t, torch.zeros((1, n, d), dtype=torch.bool, device=device),
+                            baseline, score, chunk)}
+    if finetuned is not None:
+        base["ft"] = _scores(finetuned, images, labels_t, torch.zeros((1, n, d), dtype=torch.bool, device=device),
+                             baseline, score, chunk)
+    per_image: dict[str, list[torch.Tensor]] = {m: [] for m in metrics}
+    for s in sparsities:
+        k = explanation_size(s, d)
+        for m in metrics:
+            plus = m.endswith("plus")
+            if m.startswith("fid"):
+                count, reps, model, ref = (k if plus else d - k), 1, predict, base["orig"]
+            elif m.startswith("rfid"):
+                count = removal_counts(s, d, a_plus, a_minus)[0 if plus else 1]
+                reps, model, ref = samples, predict, base["orig"]
+            else:
+                count = removal_counts(s, d, a_plus, a_minus, beta)[0 if plus else 1]
+                reps, model, ref = samples, finetuned, base["ft"]
+            removed = stochastic_removal(ranks, k, count, explanation=plus, samples=reps, generator=gen)
+            per_image[m].append(ref - _scores(model, images, labels_t, removed, baseline, score, chunk))
+    stacked = {m: torch.stack(v, 1).cpu().numpy() for m, v in per_image.items()}  # (N, S)
+    curves = {m: [float(x) for x in v.mean(0)] for m, v in stacked.items()}
+    return FidelityCurves([float(s) for s in sparsities], curves, stacked, n)
+
+
+def merge_curves(parts: Sequence[FidelityCurves]) -> FidelityCurves:
+    """Concatenate per-batch curves (image-weighted means)."""
+    per = {m: np.concatenate([p.per_image[m] for p in parts], 0) for m in parts[0].per_image}
+    return FidelityCurves(parts[0].sparsities, {m: [float(x) for x in v.mean(0)] for m, v in per.items()},
+                          per, sum(p.n_images for p in parts))
+
+
+# ----------------------------------------------------------------------------- fine-tuning
+def finetune(
+    module: torch.nn.Module,
+    forward: Callable[[torch.nn.Module, torch.Tensor], torch.Tensor],
+    images: torch.Tensor,
+    labels: Sequence[int] | torch.Tensor,
+    *,
+    beta: float = DEFAULT_BETA,
+    epochs: int = 5,
+    lr: float = 1e-4,
+    weight_decay: float = 1e-4,
+    batch_size: int = 32,
+    baseline: Any = 0.0,
+    params: Callable[[torch.nn.Module], Any] | None = None,
+    seed: int = 0,
+) -> torch.nn.Module:
+    """Fine-tune a copy of ``module`` with random masks of at most ``beta`` of the pixels (eq. 5).
+
+    ``L = E_{(x,y)} E_{m ~ M_beta} loss(f(x ⊙ m), y)`` with cross-entropy, Adam (the paper's
+    defaults: lr = weight decay = 1e-4). ``forward(module, x) -> logits``; ``params(module)``
+    selects the trained parameters (default all; a CLIP trains only its image tower). The copy
+    stays in eval mode (frozen normalisation statistics, no dropout), which suits small sets.
+    Returns the fine-tuned copy; ``module`` is untouched.
+    """
+    torch.manual_seed(int(seed))
+    tuned = copy.deepcopy(module)
+    tuned.eval()
+    chosen = list(params(tuned) if params is not None else tuned.parameters())
+    for p in tuned.parameters():
+        p.requires_grad_(False)
+    for p in chosen:
+        p.requires_grad_(True)
+    opt = torch.optim.Adam(chosen, lr=lr, weight_decay=weight_decay)
+    device = images.device
+    labels_t = torch.as_tensor(labels, dtype=torch.long, device=device)
+    gen = torch.Generator(device=device)
+    gen.manual_seed(int(seed))
+    n = images.shape[0]
+    hw = tuple(images.shape[-2:])
+    for _ in range(int(epochs)):
+        order = torch.randperm(n, generator=gen, device=device)
+        for i in range(0, n, batch_size):
+            idx = order[i:i + batch_size]
+            x = images.index_select(0, idx)
+            masks = random_input_masks(len(idx), hw, beta, generator=gen, device=device)  # type: ignore[arg-type]
+            loss = F.cross_entropy(forward(tuned, apply_removal(x, masks, baseline)).float(), labels_t[idx])
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+    for p in tuned.parameters():
+        p.requires_grad_(False)
+    return tuned
+
+
+def finetune_key(model_id: str, sample_ids: Sequence[str], columns: Sequence[int], **settings: Any) -> str:
+    """Cache key of a fine-tuned model: weights, data, label columns and settings."""
+    blob = json.dumps({"model": model_id, "samples": list(sample_ids), "columns": list(columns), **settings},
+                      sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+# ----------------------------------------------------------------------------- degraded series
+def degrade(explanations: torch.Tensor, ratio: float, *, seed: int = 0) -> torch.Tensor:
+    """A degraded copy (papers/002 §5): a random fraction ``ratio`` of the pixels get uniform
+    random scores in the explanation's range; ratio 0 = the explanation, 1 = a random one."""
+    e = explanations.float()
+    gen = torch.Generator(device=e.device)
+    gen.manual_seed(int(seed))
+    flat = e.reshape(e.shape[0], -1)
+    lo, hi = flat.min(1, keepdim=True).values, flat.max(1, keepdim=True).values
+    noise = lo + (hi - lo) * torch.rand(flat.shape, generator=gen, device=e.device)
+    pick = torch.rand(flat.shape, generator=gen, device=e.device) < float(ratio)
+    return torch.where(pick, noise, flat).reshape(e.shape)
+
+
+def spearman(x: Sequence[float], y: Sequence[float]) -> float:
+    """Spearman rank correlation (average ranks for ties); nan when one side is constant."""
+    from scipy.stats import spearmanr
+
+    value = spearmanr(np.asarray(x, float), np.asarray(y, float)).statistic
+    return float(value)
+
+
+def series_correlations(results: Mapping[Any, FidelityCurves], truth: Mapping[Any, float]) -> dict[str, dict[str, float]]:
+    """Macro (AUC) and micro (mean per-sparsity) Spearman of each metric vs a ground-truth value
+    per explainer (e.g. its noise ratio: then a faithful metric gives -1 for ``*_plus``, +1 for
+    ``*_minus``), and MoRF vs LeRF."""
+    names = list(results)
+    gt = [truth[n] for n in names]
+    first = results[names[0]]
+    out: dict[str, dict[str, float]] = {}
+    for m in first.curves:
+        macro = spearman([results[n].aucs[m] for n in names], gt)
+        micro = [spearman([results[n].curves[m][j] for n in names], gt) for j in range(len(first.sparsities))]
+        out[m] = {"macro": macro, "micro": float(np.nanmean(micro)) if not all(np.isnan(micro)) else float("nan")}
+    for fam in ("fid", "rfid", "ffid"):
+        if f"{fam}_plus" in first.curves and f"{fam}_minus" in first.curves:
+            out[f"{fam}_morf_vs_lerf"] = {"macro": spearman([results[n].aucs[f"{fam}_plus"] for n in names],
+                                                             [results[n].aucs[f"{fam}_minus"] for n in names])}
+    return out
