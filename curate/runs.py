@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -71,17 +69,10 @@ def write_json(path: Path, data: Any) -> None:
 
 
 def write_bytes(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write bytes atomically (the store's hidden-sibling temp file, fsync, rename)."""
+    from curate.store.atomic import atomic_write_beside
+
+    atomic_write_beside(Path(path), data)
 
 
 def _nan_to_none(value: Any) -> Any:

@@ -89,7 +89,20 @@ def atomic_write(
     references them; the rename is still atomic, so no torn file can appear under ``target``.
     """
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _tmp_path(root, target)
+    _replace_via(_tmp_path(root, target), target, write, fsync=fsync, sync_dir=sync_dir)
+
+
+def atomic_write_beside(target: Path, data: bytes) -> None:
+    """:func:`atomic_write` of bytes for a file outside any dataset's ``.tmp`` (run folders,
+    exports, caches): the temp file is a hidden sibling of ``target``, fsync-ed, then renamed."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    _replace_via(tmp, target, lambda handle: handle.write(data), fsync=True, sync_dir=False)
+
+
+def _replace_via(tmp: Path, target: Path, write: Callable[[BinaryIO], None], *, fsync: bool, sync_dir: bool) -> None:
+    """Write ``tmp``, optionally fsync it, rename it onto ``target``; remove ``tmp`` on any error."""
     try:
         with open(tmp, "wb") as handle:
             write(handle)
