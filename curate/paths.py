@@ -13,16 +13,21 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 REPO_DIR = PACKAGE_DIR.parent
 
 
-def data_dir() -> Path:
-    """The folder holding curate's shipped data (``datasets/`` of the source tree)."""
-    override = os.environ.get("CURATE_DATA_DIR")
-    path = Path(override) if override else REPO_DIR / "datasets"
+def source_dir(folder: str, env: str) -> Path:
+    """A data folder of the source tree (``datasets/``, ``annotation/``), or ``$env`` when set."""
+    override = os.environ.get(env)
+    path = Path(override) if override else REPO_DIR / folder
     if not path.is_dir():
         raise FileNotFoundError(
-            f"curate's data folder {path} does not exist; install curate from its source tree "
-            "(pip install -e .) or set CURATE_DATA_DIR to a copy of its datasets/ folder"
+            f"curate's {folder} folder {path} does not exist; install curate from its source tree "
+            f"(pip install -e .) or set {env} to a copy of its {folder}/ folder"
         )
     return path
+
+
+def data_dir() -> Path:
+    """The folder holding curate's shipped data (``datasets/`` of the source tree)."""
+    return source_dir("datasets", "CURATE_DATA_DIR")
 
 
 def data_file(*parts: str) -> Path:

@@ -7,10 +7,9 @@ reviewer guideline (``guideline.md``) and the Label Studio config template
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-from curate.paths import REPO_DIR
+from curate.paths import source_dir
 
 TAGS_FILE = "tags.yaml"
 VIEWS_FILE = "views.yaml"
@@ -20,14 +19,7 @@ LABELSTUDIO_TEMPLATE = "labelstudio.xml"
 
 def annotation_dir() -> Path:
     """The folder holding curate's review configurations."""
-    override = os.environ.get("CURATE_ANNOTATION_DIR")
-    path = Path(override) if override else REPO_DIR / "annotation"
-    if not path.is_dir():
-        raise FileNotFoundError(
-            f"curate's annotation folder {path} does not exist; install curate from its source tree "
-            "(pip install -e .) or set CURATE_ANNOTATION_DIR to a copy of its annotation/ folder"
-        )
-    return path
+    return source_dir("annotation", "CURATE_ANNOTATION_DIR")
 
 
 def annotation_file(name: str) -> Path:
