@@ -212,24 +212,6 @@ def world_arrays(spec: WorldSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray, l
     return images, labels, aligned, [c.name for c in spec.classes]
 
 
-@torch.no_grad()
-def zero_shot_predict(
-    model: torch.nn.Module, tokenizer: Callable, images: np.ndarray, class_names: Sequence[str],
-    template: str = CAPTION_TEMPLATE, batch_size: int = 256,
-) -> np.ndarray:
-    """1-vs-K zero-shot predictions: argmax_k <f(x), g(template(k))> with normalised embeddings."""
-    model.eval()
-    text = F.normalize(model.encode_text(tokenizer([template.format(n) for n in class_names])), dim=-1)
-    x_all = _to_tensor(images)
-    if x_all.shape[-1] != _image_size(model):
-        x_all = F.interpolate(x_all, size=_image_size(model), mode="bilinear", antialias=True, align_corners=False)
-    preds = []
-    for start in range(0, len(x_all), batch_size):
-        feats = F.normalize(model.encode_image(x_all[start:start + batch_size]), dim=-1)
-        preds.append((feats @ text.t()).argmax(dim=1).numpy())
-    return np.concatenate(preds)
-
-
 @dataclass
 class ShortcutReport:
     """Zero-shot accuracy on aligned vs conflicting backgrounds (percent)."""
@@ -283,10 +265,30 @@ def dataset_arrays(ds, *, status: str | None = "accepted") -> tuple[np.ndarray, 
 
 
 def evaluate_shortcut(weights: Path, ds, *, batch_size: int = 256) -> ShortcutReport:
-    """Load ``weights`` through the models layer and report aligned vs conflicting accuracy on ``ds``."""
+    """Load ``weights`` through the models layer and report aligned vs conflicting accuracy on ``ds``.
+
+    Zero-shot 1-vs-K over the world's classes with the training caption. Image embeddings come
+    from the dataset's feature cache, so the evaluation engine that runs next on the same world
+    (the demo) encodes no image again.
+    """
+    from curate.collect.synthetic import world_spec_of
+    from curate.features import FEATURES_DIR, compute_features
     from curate.models import load_model
+    from curate.zeroshot import PromptSet, cached_text_classifier, zero_shot_logits
 
     model = load_model("auto", Path(weights))
-    images, labels, aligned, class_names, _ = dataset_arrays(ds)
-    predictions = zero_shot_predict(model.module, model.tokenizer, images, class_names, batch_size=batch_size)
+    spec = world_spec_of(ds)
+    common = {c.imagenet_index: c.common_background for c in spec.classes}
+    order = [c.imagenet_index for c in spec.classes]
+    rows = {r["sample_id"]: r for r in ds.rows(status="accepted") if r["class_index"] in common}
+    if not rows:
+        raise ValueError(f"{ds.root}: no accepted samples of the world's classes to evaluate")
+    feats = compute_features(ds, model, list(rows), batch_size=batch_size)
+    if feats.failed:
+        raise ValueError(f"{ds.root}: {len(feats.failed)} image(s) could not be encoded: {next(iter(feats.failed.values()))}")
+    prompts = PromptSet("caption", (CAPTION_TEMPLATE,))
+    classifier = cached_text_classifier(model, [c.name for c in spec.classes], prompts, ds.root / FEATURES_DIR / "text")
+    predictions = zero_shot_logits(torch.from_numpy(feats.values), classifier).argmax(dim=1).numpy()
+    labels = np.array([order.index(rows[s]["class_index"]) for s in feats.sample_ids])
+    aligned = np.array([rows[s]["background"] == common[rows[s]["class_index"]] for s in feats.sample_ids])
     return shortcut_report(predictions, labels, aligned)
