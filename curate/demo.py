@@ -70,6 +70,7 @@ class DemoResult:
     report: Path | None = None
     hub_dir: Path | None = None
     saliency: list[dict] = field(default_factory=list)
+    fidelity: list[dict] = field(default_factory=list)
 
 
 @dataclass
@@ -197,6 +198,7 @@ def run_full_demo(workdir: Path, settings: DemoSettings | None = None, **callbac
     result = DemoResult(shortcut, evaluations, compare_dir, measured.agreement, measured.chance_uniform, split.run_dir,
                         len(split.kept), len(split.splits), planted)
     result.saliency = _saliency(eval_ds.root, shortcut, say)
+    result.fidelity = _fidelity(eval_ds.root, shortcut, say)
     _report_and_publish(workdir, eval_ds, evaluations, result, say)
     return result
 
@@ -216,6 +218,26 @@ def _saliency(root: Path, shortcut: list[DemoRow], say) -> list[dict]:
                                          run_name=name, overwrite=True)
             rows.append({**summary, "model": row.world, "method": method, "run": name})
     say(f"saliency: {len(rows)} explain runs ({', '.join(SALIENCY_METHODS)}) on the split evaluation world")
+    return rows
+
+
+#: The demo's fidelity settings: F-Fidelity only (the paper's defaults alpha 0.5, beta 0.1), 5
+#: sparsities, 4 removal samples, 64 images; fine-tuned 5 epochs on all 1200 evaluation images.
+FIDELITY_SETTINGS: dict = {"sparsities": "0.1:0.9:0.2", "samples": 4, "finetune_epochs": 5, "limit": 64,
+                           "families": ("ffid",), "score": "margin"}
+
+
+def _fidelity(root: Path, shortcut: list[DemoRow], say) -> list[dict]:
+    """How faithful the demo's saliency methods are (papers/002), next to the object mask and a random map."""
+    from curate.metrics.fidelity_run import fidelity_dataset
+
+    rows = []
+    for row in shortcut:
+        name = f"demo-fidelity-{row.world.replace('=', '')}"
+        result = fidelity_dataset(root, row.weights, [*SALIENCY_METHODS, "mask", "random"], run_name=name,
+                                  overwrite=True, **FIDELITY_SETTINGS)
+        rows.extend({**r, "model": row.world, "run": name} for r in result.ranking)
+    say(f"fidelity: {len(shortcut)} runs (F-Fidelity of {', '.join(SALIENCY_METHODS)} vs the object mask and a random map)")
     return rows
 
 

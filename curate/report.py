@@ -17,7 +17,10 @@ Sections (each present when its inputs exist, otherwise a line saying what to ru
 5. **Saliency** (SSS / RMA by group): every run whose ``config.json`` says ``"kind": "explain"``
    and whose ``summary.json`` is readable (:mod:`curate.saliency.explain`): per group, the mean
    per-image SSS and RMA, the SSS a uniform map would get, n and NaN counts.
-6. **Gallery**: a few easy and hard images per class (``gallery.png``), chosen deterministically.
+6. **Fidelity** (papers/002): every run whose ``config.json`` says ``"kind": "fidelity"``
+   (:mod:`curate.metrics.fidelity_run`): the methods' ranking by F-Fidelity AUC, their verdict
+   against a random map, the degraded-series correlations and the curves (``fidelity_<run>.png``).
+7. **Gallery**: a few easy and hard images per class (``gallery.png``), chosen deterministically.
 
 :func:`build_report` writes ``report.md``, ``report.html`` (self-contained apart from the PNGs
 next to it) and the figures to ``out_dir`` (default ``DIR/runs/report``) and returns the
@@ -314,6 +317,20 @@ def _evaluation_section(doc: Document, root: Path, out: Path, runs: Sequence[str
                  "(—), since a line through two points fits every model exactly.")
 
 
+def _runs_of_kind(root: Path, kind: str, notes: list[str]):
+    """``(run_dir, config, summary)`` of each run whose ``config.json`` says ``kind``, oldest first;
+    a run without a readable ``summary.json`` (unfinished, damaged) adds a note instead."""
+    for run_dir in list_runs(root):
+        config = _read_json(run_dir / "config.json") or {}
+        if config.get("kind") != kind:
+            continue
+        summary = _read_json(run_dir / "summary.json")
+        if summary is None:
+            notes.append(f"`{run_dir.name}` has no readable summary.json (unfinished?)")
+            continue
+        yield run_dir, config, summary
+
+
 def explain_summaries(root: Path) -> tuple[list[dict[str, Any]], list[str]]:
     """Per explain run (``config.json`` kind ``explain``): the compact by-group summary, and notes
     for runs whose ``summary.json`` is missing or not in the expected shape.
@@ -322,14 +339,7 @@ def explain_summaries(root: Path) -> tuple[list[dict[str, Any]], list[str]]:
     None), ``groups`` {name: {sss, rma, n, n_nan, sss_uniform}}, ``overall`` {sss, rma, n, sss_uniform}.
     """
     entries, notes = [], []
-    for run_dir in list_runs(root):
-        config = _read_json(run_dir / "config.json") or {}
-        if config.get("kind") != "explain":
-            continue
-        summary = _read_json(run_dir / "summary.json")
-        if summary is None:
-            notes.append(f"`{run_dir.name}` has no readable summary.json (unfinished?)")
-            continue
+    for run_dir, config, summary in _runs_of_kind(root, "explain", notes):
         try:
             groups = {}
             for part, entry in (summary.get("by_group") or {}).items():
@@ -369,6 +379,55 @@ def _saliency_section(doc: Document, root: Path) -> None:
                          g.get("n", ""), g.get("n_nan", "") if part != "all" else (e.get("nan") or 0)])
     if rows:
         doc.table(["run", "model / method / layer / target", "group", "SSS", "RMA", "SSS uniform", "n", "NaN"], rows)
+    for note in notes:
+        doc.text("Skipped: " + note + ".")
+
+
+def fidelity_summaries(root: Path) -> tuple[list[dict[str, Any]], list[str]]:
+    """Per fidelity run (``config.json`` kind ``fidelity``): its config, ranking and degraded-series
+    correlations from ``summary.json``, and notes for runs without a readable one."""
+    entries, notes = [], []
+    for run_dir, config, summary in _runs_of_kind(root, "fidelity", notes):
+        if not isinstance(summary.get("ranking"), list):
+            notes.append(f"`{run_dir.name}`: summary.json has no ranking")
+            continue
+        entries.append({"run": run_dir.name, "dir": run_dir, "config": summary.get("config") or config,
+                        "ranking": summary["ranking"], "correlations": summary.get("correlations") or {}})
+    return entries, notes
+
+
+def _fidelity_section(doc: Document, root: Path, out: Path) -> None:
+    entries, notes = fidelity_summaries(root)
+    if not entries and not notes:
+        return
+    doc.heading("Fidelity: which saliency maps deserve trust")
+    doc.text("SSS and RMA read a saliency map; they describe the model only if the map is faithful. Per method, "
+             "the AUC over sparsity of Fid+ (remove the method's most important pixels: the score should drop) and "
+             "Fid- (keep only them: it should not), papers/002; F-Fid uses a model fine-tuned on random masks of at "
+             "most beta of the input and removes at most beta. `vs random` is the paired difference to a random map "
+             "(MoRF / LeRF, with a 95% bootstrap interval over images); `faithful` = both above 0.")
+    for e in entries:
+        c = e["config"]
+        doc.text(f"`{e['run']}`: {c.get('model')}, {c.get('images')} images, score {c.get('score')}, sparsities "
+                 f"{len(c.get('sparsities') or [])}, alpha {c.get('alpha')}, beta {c.get('beta')}, "
+                 f"{c.get('samples')} samples.")
+        metrics = [m for m in ("fid_plus", "fid_minus", "rfid_plus", "rfid_minus", "ffid_plus", "ffid_minus")
+                   if m in e["ranking"][0]] if e["ranking"] else []
+        rows = []
+        for r in e["ranking"]:
+            vs = ""
+            if "vs_random_morf" in r:
+                vs = (f"{r['vs_random_morf']:+.3f} [{r['vs_random_morf_low']:+.3f}, {r['vs_random_morf_high']:+.3f}] / "
+                      f"{r['vs_random_lerf']:+.3f} [{r['vs_random_lerf_low']:+.3f}, {r['vs_random_lerf_high']:+.3f}]")
+            rows.append([r.get("rank"), r.get("method"), *(_num(r.get(m), 4) for m in metrics), vs, r.get("verdict", "")])
+        doc.table(["rank", "method", *metrics, "vs random (MoRF / LeRF)", "verdict"], rows)
+        curves = e["dir"] / "curves.png"
+        if curves.is_file():
+            write_bytes(out / f"fidelity_{e['run']}.png", curves.read_bytes())
+            doc.image(f"fidelity_{e['run']}.png", f"Fidelity curves over sparsity, run {e['run']}")
+        for base, corr in e["correlations"].items():
+            doc.text(f"Degraded series `{base}`: macro Spearman of each AUC with the noise ratio: "
+                     + ", ".join(f"{m} {v['macro']:+.2f}" for m, v in corr.items() if "macro" in v) + ".")
     for note in notes:
         doc.text("Skipped: " + note + ".")
 
@@ -453,6 +512,8 @@ def build_report(
     out.mkdir(parents=True, exist_ok=True)
     for stale in ("fig2_scatter.png", "fig3_counts.png", "fig4_drops.png", "gallery.png", "table2.csv"):
         (out / stale).unlink(missing_ok=True)  # a figure whose inputs are gone must not linger
+    for stale in out.glob("fidelity_*.png"):
+        stale.unlink(missing_ok=True)
     doc = Document(title or f"curate report: {ds.name}")
     doc.text(f"Dataset folder `{ds.root.name}`, written by curate {__version__}. Figures are PNG files beside "
              f"this report; accuracies are %, drops are points, intervals are 95% bootstrap intervals.")
@@ -461,6 +522,7 @@ def build_report(
     _drops_section(doc, ds, out, classes)
     _evaluation_section(doc, ds.root, out, runs)
     _saliency_section(doc, ds.root)
+    _fidelity_section(doc, ds.root, out)
     doc.heading("Gallery")
     png, table = gallery_png(ds, gallery_per_group)
     if png is None:

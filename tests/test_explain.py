@@ -10,14 +10,12 @@ import functools
 import json
 import logging
 import math
-import os
 import warnings
 from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-import torch
 from click.testing import CliRunner
 from PIL import Image
 
@@ -29,15 +27,7 @@ from curate.saliency import SaliencyError, explain_dataset, summarize_by_group
 from curate.store import Dataset
 
 logger = logging.getLogger(__name__)
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
-
-
-@pytest.fixture(autouse=True)
-def _few_threads():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"), pytest.mark.usefixtures("one_thread")]
 
 
 @pytest.fixture(scope="module")
@@ -192,16 +182,6 @@ def test_cli_explain(world) -> None:
 
 # ----------------------------------------------------------------------------- the demo's models
 FAST_METHODS = ("gradcam", "gradcam++", "xgradcam", "layercam", "eigencam", "eigengradcam", "fullgrad")
-
-
-@pytest.fixture(scope="session")
-def demo_dir(tmp_path_factory) -> Path:
-    """The demo's worlds and weights: ``$CURATE_DEMO_WORKDIR`` if set (reused when current), else trained."""
-    from curate.demo import run_demo
-
-    workdir = Path(os.environ.get("CURATE_DEMO_WORKDIR") or tmp_path_factory.mktemp("demo"))
-    run_demo(workdir)
-    return workdir
 
 
 def _welch_t(a: np.ndarray, b: np.ndarray) -> float:

@@ -29,15 +29,7 @@ from curate.saliency import (
 from curate.saliency.layers import detect_layout, token_geometry
 from curate.saliency.masks import check_mask
 
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
-
-
-@pytest.fixture(autouse=True)
-def _few_threads():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"), pytest.mark.usefixtures("one_thread")]
 
 
 @pytest.fixture(scope="module")

@@ -91,6 +91,11 @@ def test_demo_plants_a_shortcut_only_when_correlated(tmp_path) -> None:
     assert engine["p=0.9"].drop > engine["uncorrelated"].drop + 0.2, engine
     assert engine["p=0.9"].drop_ci[0] > 0.2 and engine["uncorrelated"].drop_ci[0] < 0.05
     assert (result.compare_dir / "compare.md").exists()
+    # fidelity (papers/002): both models' saliency methods next to the object mask and a random map
+    verdicts = {(r["model"], r["method"]): r["verdict"] for r in result.fidelity}
+    assert set(verdicts) == {(w, m) for w in rows for m in ("gradcam", "layercam", "mask", "random")}
+    assert verdicts[("uncorrelated", "random")] == "reference"
+    assert verdicts[("uncorrelated", "mask")] == "faithful"  # its object matters more than random pixels
     # the splitter (papers/003 §2.1) finds the planted backgrounds with the p = 0.9 reference ...
     assert result.split_kept >= 5 and result.split_planted_easy >= 0.9 * result.split_kept
     # ... and, with the uncorrelated reference, few or no classes pass --require-significant

@@ -65,6 +65,15 @@ def demo(workdir: Path, steps: int | None) -> None:
                         f"{easy.get('rma', float('nan')):.3f}", f"{hard.get('rma', float('nan')):.3f}",
                         f"{(s.get('overall') or {}).get('sss_uniform', float('nan')):.3f}")
         out().print(sal)
+    if result.fidelity:
+        fid = Table(title="fidelity of the saliency maps (F-Fidelity AUCs, papers/002; Fid+ higher and Fid- lower = more "
+                          "faithful; verdict vs a random map, paired 95% bootstrap)", title_justify="left")
+        for column in ("trained on", "method", "F-Fid+", "F-Fid-", "verdict"):
+            fid.add_column(column, justify="left" if column in ("trained on", "method", "verdict") else "right")
+        for r in result.fidelity:
+            fid.add_row(r["model"], r["method"], f"{r.get('ffid_plus', float('nan')):.4f}",
+                        f"{r.get('ffid_minus', float('nan')):.4f}", r.get("verdict", ""))
+        out().print(fid)
     out().print(f"runs: {workdir}/world-eval/runs/  table and scatter: {result.compare_dir}/compare.md, compare.png")
     if result.report:
         out().print(f"report: {result.report} (and report.html beside it)")

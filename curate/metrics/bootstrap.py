@@ -81,3 +81,14 @@ def bootstrap_mean(correct: np.ndarray, *, n_boot: int = 1000, seed: int = 0, le
         return Interval(float("nan"), float("nan"))
     rng = np.random.default_rng(seed)
     return _interval(rng.binomial(correct.size, correct.mean(), size=n_boot) / correct.size, level)
+
+
+def bootstrap_paired_mean(values: np.ndarray, *, n_boot: int = 2000, seed: int = 0, level: float = 0.95) -> Interval:
+    """Percentile interval for the mean of per-item values (e.g. paired differences), resampling items."""
+    values = np.asarray(values, dtype=np.float64)
+    values = values[np.isfinite(values)]
+    if values.size == 0:
+        return Interval(float("nan"), float("nan"))
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, values.size, size=(n_boot, values.size))
+    return _interval(values[idx].mean(axis=1), level)

@@ -1,20 +1,28 @@
 """Score saliency methods on a dataset with Fid, R-Fid and F-Fid (papers/002), into ``runs/<name>/``.
 
 >>> from curate.metrics.fidelity_run import fidelity_dataset
->>> res = fidelity_dataset("world/", "ref.pt", ["gradcam", "layercam", "mask", "mask~0.5"],
-...                        finetune_epochs=3, run_name="fid")
->>> res.ranking[0]["method"]
+>>> res = fidelity_dataset("world/", "ref.pt", ["gradcam", "layercam", "mask", "random"], run_name="fid")
+>>> [(r["method"], r["verdict"]) for r in res.ranking]
 
 Methods are :data:`curate.saliency.METHODS` names plus two references: ``mask`` (the sample's
 object mask as the explanation; the right answer for a model that looks at the object) and
-``random``; ``NAME~R`` is ``NAME`` degraded with noise ratio ``R`` (papers/002 §5), and a series
-of them gets the paper's macro/micro Spearman correlations vs the noise ratio.
+``random`` (a uniformly random map); ``NAME~R`` is ``NAME`` degraded with noise ratio ``R``
+(papers/002 §5), and a series of them gets the paper's macro/micro Spearman correlations vs
+the noise ratio.
+
+Each method is compared with ``random`` on the same images (:func:`trust_vs_reference`): the
+paired difference of per-image F-Fid AUCs with a bootstrap interval, and a verdict
+(``faithful`` / ``MoRF only`` / ``LeRF only`` / ``not above random``). That verdict is what
+tells a user whether the method's SSS/RMA (``curate explain``) describe the model.
 
 The run folder holds ``config.json``, ``curves.csv`` (method, metric, sparsity, value),
 ``curves.json``, ``aucs.json``, ``ranking.csv`` (by F-Fid+ AUC, higher first; then F-Fid- AUC,
-lower first), ``correlations.json`` (degraded series only), ``curves.png`` and ``summary.json``.
-The fine-tuned model is cached in ``<dataset>/features/fidelity/<key>.pt`` (only the trained
-parameters), so scoring more methods later costs no second fine-tuning.
+lower first; with the verdict columns), ``correlations.json`` (degraded series only),
+``curves.png`` and ``summary.json``. The fine-tuned model is cached in
+``<dataset>/features/fidelity/<key>.pt`` (only the trained parameters; the key covers model,
+samples, label columns, beta, epochs, lr, seed), so scoring more methods later costs no second
+fine-tuning. Samples whose image or mask cannot be read are skipped and counted in
+``config.json`` (``skipped``); the dataset itself is never written.
 """
 from __future__ import annotations
 
@@ -23,20 +31,21 @@ import io
 import logging
 import re
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-import numpy as np
 import torch
 
 from curate.metrics.fidelity import (
-    DEFAULT_ALPHA, DEFAULT_BETA, DEFAULT_SAMPLES, DEFAULT_SPARSITIES, FidelityCurves, FidelityError,
+    DEFAULT_ALPHA, DEFAULT_BETA, DEFAULT_SAMPLES, DEFAULT_SPARSITIES, METRICS, FidelityCurves, FidelityError,
     degrade, fidelity_curves, finetune, finetune_key, merge_curves, series_correlations,
 )
 
 logger = logging.getLogger(__name__)
 REFERENCE_METHODS = ("mask", "random")
+FAMILIES = ("fid", "rfid", "ffid")
 _DEGRADED = re.compile(r"^(?P<base>[\w\-]+)~(?P<ratio>[0-9.]+)$")
 
 
@@ -66,6 +75,33 @@ def parse_sparsity(spec: str | Sequence[float]) -> list[float]:
     if not values or any(not 0 < v < 1 for v in values):
         raise FidelityError(f"sparsities must lie in (0, 1): {spec!r}")
     return values
+
+
+def check_methods(methods: Sequence[str]) -> list[str]:
+    """Validate method names before any work: saliency methods, ``mask``, ``random``, ``NAME~RATIO``."""
+    from curate.saliency.base import SaliencyError
+    from curate.saliency.methods import method_info
+
+    out = []
+    for name in methods:
+        name = str(name).strip()
+        match = _DEGRADED.match(name)
+        base = match["base"] if match else name
+        if match and not 0.0 <= float(match["ratio"]) <= 1.0:
+            raise FidelityError(f"{name!r}: the noise ratio must lie in [0, 1]")
+        if "~" in name and not match:
+            raise FidelityError(f"{name!r}: a degraded method is written NAME~RATIO, e.g. gradcam~0.4")
+        if base not in REFERENCE_METHODS:
+            try:
+                method_info(base)
+            except SaliencyError as error:
+                raise FidelityError(f"{error}; or one of {', '.join(REFERENCE_METHODS)}") from None
+        out.append(name)
+    if not out:
+        raise FidelityError("no method given")
+    if len(set(out)) != len(out):
+        raise FidelityError(f"a method is listed twice: {out}")
+    return out
 
 
 def _forward_for(loaded: Any, classifier: torch.Tensor | None, columns: Sequence[int]) -> Callable:
@@ -127,14 +163,15 @@ def fidelity_dataset(
     alpha: float = DEFAULT_ALPHA,
     beta: float = DEFAULT_BETA,
     samples: int = DEFAULT_SAMPLES,
-    finetune_epochs: int = 3,
+    finetune_epochs: int = 5,
     run_name: str | None = None,
     *,
     pretrained: Any = None,
     limit: int | None = 128,
     finetune_limit: int | None = None,
     finetune_lr: float = 1e-4,
-    score: str = "accuracy",
+    score: str = "margin",
+    families: Sequence[str] = FAMILIES,
     seed: int = 0,
     batch_size: int = 32,
     device: Any = None,
@@ -157,20 +194,40 @@ def fidelity_dataset(
         limit: evaluate the first ``limit`` eligible samples (None: all).
         finetune_limit: fine-tune on the first ``finetune_limit`` eligible samples (default: all of them;
             the paper's ImageNet protocol fine-tunes and evaluates on the same set).
-        score: ``accuracy`` (the paper's indicator) or ``probability``.
+        score: ``accuracy`` (the paper's indicator), ``probability`` (of the label) or ``margin``
+            (label logit minus the best other logit; does not saturate on a confident model).
+        families: which of ``fid`` (Fid+/Fid-), ``rfid`` (R-Fidelity), ``ffid`` (F-Fidelity) to compute.
         seed: seeds fine-tuning, tie-breaking, degradation and all stochastic removals.
     """
     from curate.runs import create_run, write_bytes, write_json
     from curate.runs import run_name as make_run_name
-    from curate.saliency.explain import _Items, _collate, _load, _open_dataset, model_class_names
+    from curate.saliency.inputs import (
+        MaskedImages, collate_masked, model_class_names, open_masked_dataset, prompt_set_for, resolve_model,
+    )
     from curate.saliency.masks import mask_transform_for
 
     started = time.perf_counter()
     timings: dict[str, float] = {}
     say = progress or (lambda msg: None)
     grid = parse_sparsity(sparsities)
-    ds = _open_dataset(ds_root)
-    loaded = _load(model, pretrained, device, precision)
+    methods = check_methods(methods)
+    for name, value in (("alpha", alpha), ("beta", beta)):
+        if not 0 < float(value) <= 1:
+            raise FidelityError(f"alpha and beta must be in (0, 1], got {name} = {value}")
+    if samples < 1 or finetune_epochs < 0:
+        raise FidelityError("samples must be >= 1 and finetune_epochs >= 0")
+    families = [f.strip() for f in families if f.strip()]
+    if not families or any(f not in FAMILIES for f in families):
+        raise FidelityError(f"families must be among {FAMILIES}, got {families}")
+    if "ffid" not in families:
+        finetune_epochs = 0
+    elif finetune_epochs == 0:
+        families = [f for f in families if f != "ffid"]
+        if not families:
+            raise FidelityError("F-Fidelity alone needs finetune_epochs > 0")
+    metric_names = [m for m in METRICS if m.rsplit("_", 1)[0] in families]
+    ds = open_masked_dataset(ds_root)
+    loaded = resolve_model(model, pretrained, device, precision)
     rows_all = ds.rows() if statuses is None else ds.rows(status=list(statuses))
     rows = [r for r in rows_all if r.get("mask_path") is not None and r.get("class_index") is not None]
     if not rows:
@@ -185,13 +242,12 @@ def fidelity_dataset(
     space = ds.label_space
     classifier = None
     if loaded.kind == "clip":
-        from curate.saliency.explain import _prompt_set
         from curate.zeroshot import cached_text_classifier
 
         columns = all_classes
         names = {i: space.names[i] for i in columns}
         names.update({i: n for i, n in model_class_names(loaded).items() if i in names})
-        classifier = cached_text_classifier(loaded, [names[c] for c in columns], _prompt_set(loaded, None),
+        classifier = cached_text_classifier(loaded, [names[c] for c in columns], prompt_set_for(loaded, None),
                                             ds.root / "features" if write else None)
         head_columns: list[int] | None = columns
     else:
@@ -201,13 +257,17 @@ def fidelity_dataset(
     col_of = {c: j for j, c in enumerate(columns)}
 
     # --- decode images and input-aligned masks once
-    items = _Items(ds, rows, loaded.preprocess, mask_transform_for(loaded.preprocess), tuple(loaded.image_size))
-    batches = [_collate([items[i] for i in range(j, min(j + batch_size, len(items)))])
+    items = MaskedImages(ds, rows, loaded.preprocess, mask_transform_for(loaded.preprocess), tuple(loaded.image_size))
+    batches = [collate_masked([items[i] for i in range(j, min(j + batch_size, len(items)))])
                for j in range(0, len(items), batch_size)]
     good = [(b["image"][k], b["mask"][k], rows[b["index"][k]]) for b in batches for k in range(len(b["problem"]))
             if b["problem"][k] in ("", "mask_resized")]
+    skipped = Counter(b["problem"][k] for b in batches for k in range(len(b["problem"]))
+                      if b["problem"][k] not in ("", "mask_resized"))
+    for reason, count in skipped.items():
+        logger.warning("%s: %d samples skipped (%s)", ds.root, count, reason)
     if not good:
-        raise FidelityError(f"{ds.root}: no readable image with a mask")
+        raise FidelityError(f"{ds.root}: no readable image with a mask (skipped: {dict(skipped)})")
     images_all = torch.stack([g[0] for g in good]).to(loaded.device)
     masks_all = torch.stack([g[1] for g in good]).to(loaded.device)
     rows_ok = [g[2] for g in good]
@@ -270,19 +330,23 @@ def fidelity_dataset(
                              batch_size, cache)
         parts = [fidelity_curves(predict, images[i:i + batch_size], expl[i:i + batch_size], labels[i:i + batch_size],
                                  sparsities=grid, alpha=alpha, beta=beta, samples=samples, finetuned=finetuned,
-                                 score=score, seed=seed + i) for i in range(0, len(images), batch_size)]
+                                 score=score, metrics=metric_names, seed=seed + i)
+                 for i in range(0, len(images), batch_size)]
         curves[method] = merge_curves(parts)
         timings[f"{method}_s"] = time.perf_counter() - t0
     aucs = {m: c.aucs for m, c in curves.items()}
     ranking = rank_methods(aucs)
+    trust = trust_vs_reference(curves, seed=seed)
+    for row in ranking:
+        row.update(trust.get(row["method"], {}))
     correlations = degraded_correlations(curves)
 
     config = {
         "kind": "fidelity", "dataset": str(ds.root), "model": loaded.model_id, "model_kind": loaded.kind,
         "methods": list(methods), "sparsities": grid, "alpha": alpha, "beta": beta, "samples": samples,
-        "score": score, "seed": seed, "images": len(images), "finetune": ft_info,
+        "score": score, "families": families, "seed": seed, "images": len(images), "finetune": ft_info,
         "baseline": "0 in the model's normalised input space (= the preprocessing's mean colour)",
-        "elements": "pixels of the model input grid", "label_columns": len(columns),
+        "elements": "pixels of the model input grid", "label_columns": len(columns), "skipped": dict(skipped),
     }
     timings["total_s"] = time.perf_counter() - started
     result = FidelityResult(curves, aucs, ranking, correlations, config, None, timings)
@@ -306,12 +370,54 @@ def _interleave_classes(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def _family(metrics: set[str]) -> str:
+    """The family a ranking uses: F-Fidelity when computed, else R-Fidelity, else Fidelity."""
+    return next(f for f in ("ffid", "rfid", "fid") if f"{f}_plus" in metrics and f"{f}_minus" in metrics)
+
+
 def rank_methods(aucs: Mapping[str, Mapping[str, float]]) -> list[dict[str, Any]]:
-    """Methods by F-Fid+ AUC (higher first), then F-Fid- AUC (lower first); R-Fid when no F-Fid."""
-    fam = "ffid" if all("ffid_plus" in a for a in aucs.values()) else "rfid"
+    """Methods by F-Fid+ AUC (higher first), then F-Fid- AUC (lower first); R-Fid (then Fid) when no F-Fid."""
+    fam = _family({k for a in aucs.values() for k in a})
     order = sorted(aucs, key=lambda m: (-aucs[m][f"{fam}_plus"], aucs[m][f"{fam}_minus"]))
     return [{"rank": i + 1, "method": m, "by": fam, **{k: round(v, 6) for k, v in aucs[m].items()}}
             for i, m in enumerate(order)]
+
+
+def trust_vs_reference(curves: Mapping[str, FidelityCurves], reference: str = "random", *, seed: int = 0,
+                       n_boot: int = 2000) -> dict[str, dict[str, Any]]:
+    """Is each method more faithful than the ``reference`` explanation (a random map), on the same images?
+
+    With ``fam`` = F-Fid when computed (else R-Fid) and per-image AUCs over sparsity:
+    ``morf = mean_i(AUC fam+ of method - AUC fam+ of random)`` (higher = the method's top pixels
+    matter more than random ones) and ``lerf = mean_i(AUC fam- of random - AUC fam- of method)``
+    (higher = keeping the method's top pixels preserves the prediction better), each with a
+    paired bootstrap 95 % interval over images. ``verdict``: ``faithful`` when both intervals lie
+    above 0, ``MoRF only`` / ``LeRF only`` when one does, ``not above random`` otherwise; the
+    reference itself gets ``reference``. Empty when ``reference`` was not scored.
+    """
+    from curate.metrics.bootstrap import bootstrap_paired_mean
+    from curate.metrics.fidelity import per_image_aucs
+
+    if reference not in curves:
+        return {}
+    ref = curves[reference]
+    fam = _family(set(ref.per_image))
+    out: dict[str, dict[str, Any]] = {reference: {"verdict": "reference"}}
+    for method, c in curves.items():
+        if method == reference:
+            continue
+        morf = per_image_aucs(c, f"{fam}_plus") - per_image_aucs(ref, f"{fam}_plus")
+        lerf = per_image_aucs(ref, f"{fam}_minus") - per_image_aucs(c, f"{fam}_minus")
+        morf_ci = bootstrap_paired_mean(morf, n_boot=n_boot, seed=seed)
+        lerf_ci = bootstrap_paired_mean(lerf, n_boot=n_boot, seed=seed + 1)
+        above = (morf_ci.low > 0, lerf_ci.low > 0)
+        verdict = {(True, True): "faithful", (True, False): "MoRF only", (False, True): "LeRF only",
+                   (False, False): "not above random"}[above]
+        out[method] = {"vs_random_morf": round(float(morf.mean()), 6), "vs_random_morf_low": round(morf_ci.low, 6),
+                       "vs_random_morf_high": round(morf_ci.high, 6), "vs_random_lerf": round(float(lerf.mean()), 6),
+                       "vs_random_lerf_low": round(lerf_ci.low, 6), "vs_random_lerf_high": round(lerf_ci.high, 6),
+                       "verdict": verdict}
+    return out
 
 
 def degraded_correlations(curves: Mapping[str, FidelityCurves]) -> dict[str, dict[str, dict[str, float]]]:
@@ -341,7 +447,8 @@ def write_fidelity_run(run_dir: Path, result: FidelityResult, write_json: Callab
     write_json(run_dir / "aucs.json", result.aucs)
     buf = io.StringIO()
     if result.ranking:
-        w = csv.DictWriter(buf, fieldnames=list(result.ranking[0]))
+        fields = list(dict.fromkeys(k for row in result.ranking for k in row))
+        w = csv.DictWriter(buf, fieldnames=fields, restval="")
         w.writeheader()
         w.writerows(result.ranking)
     write_bytes(run_dir / "ranking.csv", buf.getvalue().encode())
@@ -379,5 +486,5 @@ def plot_curves(curves: Mapping[str, FidelityCurves]) -> bytes:
     return buf.getvalue()
 
 
-__all__ = ["FidelityResult", "fidelity_dataset", "parse_sparsity", "rank_methods", "plot_curves",
-           "REFERENCE_METHODS", "np"]
+__all__ = ["FAMILIES", "REFERENCE_METHODS", "FidelityResult", "check_methods", "degraded_correlations",
+           "fidelity_dataset", "parse_sparsity", "plot_curves", "rank_methods", "trust_vs_reference"]

@@ -23,7 +23,6 @@ there (:mod:`curate.metrics.spuriousity`), and writes ``DIR/runs/<run-name>/``:
 """
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections import Counter
@@ -44,7 +43,16 @@ from curate.metrics.spuriousity import (
     spuriousity_scores,
 )
 from curate.saliency.base import SaliencyError, SaliencyResult
-from curate.saliency.masks import check_mask, input_mask, mask_transform_for
+from curate.saliency.inputs import (
+    MaskedImages,
+    collate_masked,
+    model_class_names,
+    open_masked_dataset,
+    prompt_set_for,
+    resolve_model,
+    row_extra,
+)
+from curate.saliency.masks import mask_transform_for
 
 if TYPE_CHECKING:  # pragma: no cover
     from curate.models.base import LoadedModel
@@ -74,121 +82,6 @@ class ExplainResult:
     def by_group(self) -> dict[str, Any]:
         """The compact easy-vs-hard (or aligned-vs-conflicting) summary (see :func:`summarize_by_group`)."""
         return compact_summary(self.summary)
-
-
-# ----------------------------------------------------------------------------- inputs
-def _open_dataset(dataset: "Dataset | str | Path") -> "Dataset":
-    """Open (validating) a dataset folder; problems that touch only masks are handled per sample.
-
-    ``Dataset.open`` refuses a folder with a mask of the wrong size or a missing mask file. Such
-    masks are exactly what explain handles sample by sample (resized, or skipped and counted in
-    ``summary.json``), so a folder whose only errors are in ``mask_path`` is opened without row
-    validation, with a warning; any other problem still refuses it.
-    """
-    from curate.store import Dataset, DatasetError
-
-    if isinstance(dataset, Dataset):
-        return dataset
-    try:
-        return Dataset.open(Path(dataset))
-    except DatasetError as error:
-        problems = [p for p in error.problems if getattr(p, "severity", "error") == "error"]
-        if not problems or any(getattr(p, "column", None) != "mask_path" for p in problems):
-            raise
-        logger.warning("%s: %d mask problems (e.g. %s); those samples are resized or skipped and counted",
-                       dataset, len(problems), problems[0])
-        return Dataset.open(Path(dataset), validate=False)
-
-
-def _load(model: "LoadedModel | str | Path", pretrained: Any, device: Any, precision: str) -> "LoadedModel":
-    from curate.models import load_model
-    from curate.models.base import LoadedModel
-    from curate.models.weights import looks_like_path
-
-    if isinstance(model, LoadedModel):
-        return model
-    if isinstance(model, Path) or (isinstance(model, str) and pretrained is None and looks_like_path(model)):
-        return load_model("auto", Path(model), device=device or "cpu", precision=precision)
-    return load_model(str(model), pretrained, device=device or "cpu", precision=precision)
-
-
-def model_class_names(model: "LoadedModel") -> dict[int, str]:
-    """Class names a curate-trained reference CLIP was trained with (index -> name), if recorded.
-
-    ``curate train-reference`` records the world's classes in the weights file; their names
-    (e.g. "ice bear") can differ from the label space's display names ("polar bear"), and the
-    model only knows the ones it was trained with.
-    """
-    meta = (model.info or {}).get("metadata") or {}
-    classes = ((meta.get("meta") or {}).get("world") or {}).get("classes") or []
-    out: dict[int, str] = {}
-    for entry in classes:
-        if isinstance(entry, Mapping) and "index" in entry and "name" in entry:
-            out[int(entry["index"])] = str(entry["name"])
-    return out
-
-
-def _prompt_set(model: "LoadedModel", prompts: Any):
-    from curate.zeroshot import PromptSet, load_prompts
-
-    if isinstance(prompts, PromptSet):
-        return prompts
-    if prompts is None:
-        template = ((model.info or {}).get("metadata") or {}).get("caption_template")
-        if isinstance(template, str) and template.count("{}") == 1:
-            return PromptSet("model", (template,))
-        return load_prompts("simple")
-    return load_prompts(str(prompts))
-
-
-def _extra(row: Mapping[str, Any]) -> dict[str, Any]:
-    try:
-        value = json.loads(row.get("extra") or "{}")
-    except (TypeError, ValueError):
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
-class _Items(torch.utils.data.Dataset):
-    """Decoded, preprocessed image and input-aligned mask of each row (DataLoader-friendly)."""
-
-    def __init__(self, ds: "Dataset", rows: list[dict[str, Any]], preprocess: Callable,
-                 mask_fn: Callable, size: tuple[int, int]) -> None:
-        self.ds = ds
-        self.rows = rows
-        self.preprocess = preprocess
-        self.mask_fn = mask_fn
-        self.size = size
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def __getitem__(self, i: int) -> dict[str, Any]:
-        row = self.rows[i]
-        blank = {"index": i, "image": torch.zeros(3, *self.size), "mask": torch.zeros(self.size, dtype=torch.bool),
-                 "problem": "", "instance_ids": False}
-        try:
-            image = self.ds.load_image(row)
-        except Exception as error:  # noqa: BLE001 - a damaged file is a counted skip
-            logger.warning("cannot read image of %s: %s", row["sample_id"], error)
-            return {**blank, "problem": "image_unreadable"}
-        try:
-            raw = self.ds.load_mask(row)
-        except Exception as error:  # noqa: BLE001
-            logger.warning("cannot read mask of %s: %s", row["sample_id"], error)
-            return {**blank, "problem": "mask_unreadable"}
-        if raw is None:
-            return {**blank, "problem": "no_mask"}
-        binary, problem, instance_ids = check_mask(raw, image.size)
-        if binary is None:
-            return {**blank, "problem": problem or "mask_size_mismatch", "instance_ids": instance_ids}
-        return {
-            "index": i,
-            "image": self.preprocess(image.convert("RGB")),
-            "mask": input_mask(self.mask_fn, binary, self.size),
-            "problem": problem or "",
-            "instance_ids": instance_ids,
-        }
 
 
 # ----------------------------------------------------------------------------- main entry
@@ -271,8 +164,8 @@ def explain_dataset(
     if batch_size < 1:
         raise SaliencyError(f"batch_size must be >= 1, got {batch_size}")
     spec = TargetSpec.parse(target)
-    ds = _open_dataset(dataset)
-    loaded = _load(model, pretrained, device, precision)
+    ds = open_masked_dataset(dataset)
+    loaded = resolve_model(model, pretrained, device, precision)
     space = ds.label_space
 
     # --- which samples
@@ -320,7 +213,7 @@ def explain_dataset(
     if loaded.kind == "clip":
         from curate.zeroshot import cached_text_classifier
 
-        prompt_set = _prompt_set(loaded, prompts)
+        prompt_set = prompt_set_for(loaded, prompts)
         cache = ds.root / "features" if write else None
         classifier = cached_text_classifier(loaded, [names[c] for c in columns], prompt_set, cache)
     elif len(space) != 1000:
@@ -364,10 +257,10 @@ def explain_dataset(
     # --- the loop
     size = tuple(loaded.image_size)
     mask_fn = mask_transform or mask_transform_for(loaded.preprocess)
-    items = _Items(ds, rows, loaded.preprocess, mask_fn, size)
+    items = MaskedImages(ds, rows, loaded.preprocess, mask_fn, size)
     loader = torch.utils.data.DataLoader(
         items, batch_size=batch_size, shuffle=False, num_workers=num_workers,
-        pin_memory=loaded.device.type == "cuda", collate_fn=_collate,
+        pin_memory=loaded.device.type == "cuda", collate_fn=collate_masked,
     )
     records: list[dict[str, Any]] = []
     image_info: dict[str, dict[str, Any]] = {}
@@ -451,16 +344,6 @@ def _method_options(options: Mapping[str, Any] | None, model: "LoadedModel") -> 
     return out
 
 
-def _collate(items: list[dict[str, Any]]) -> dict[str, Any]:
-    return {
-        "index": [it["index"] for it in items],
-        "image": torch.stack([it["image"] for it in items]),
-        "mask": torch.stack([it["mask"] for it in items]),
-        "problem": [it["problem"] for it in items],
-        "instance_ids": [it["instance_ids"] for it in items],
-    }
-
-
 def _score_batch(result: SaliencyResult, masks: torch.Tensor, rows: list[dict[str, Any]], threshold: float | None,
                  mode: str, records: list[dict[str, Any]], image_info: dict[str, dict[str, Any]],
                  nan_counts: Counter, names: Mapping[int, str]) -> None:
@@ -477,7 +360,7 @@ def _score_batch(result: SaliencyResult, masks: torch.Tensor, rows: list[dict[st
     predicted = result.predicted_classes.cpu().numpy()
     for i, row in enumerate(rows):
         sid = row["sample_id"]
-        extra = _extra(row)
+        extra = row_extra(row)
         aligned = extra.get("aligned")
         true = row.get("class_index")
         correct = None if true is None else bool(int(predicted[i]) == int(true))
