@@ -35,6 +35,15 @@ import torch.nn.functional as F
 log = logging.getLogger("benchmarks.saliency")
 
 
+def configure(logger: logging.Logger, threads: int) -> None:
+    """Plain log lines on stdout, library warnings off, ``threads`` torch CPU threads (0: default)."""
+    logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stdout)
+    logger.setLevel(logging.INFO)
+    warnings.filterwarnings("ignore")
+    if threads:
+        torch.set_num_threads(threads)
+
+
 def synthetic_images(n: int, size: int = 224) -> tuple[list, list[int], list[int], list[str]]:
     """``n`` synthetic-world PIL images, their ImageNet-1K class indices, their class positions
     among the world's classes, and the world's class names."""
@@ -53,7 +62,7 @@ def synthetic_images(n: int, size: int = 224) -> tuple[list, list[int], list[int
 
 
 class ZeroShotHead(torch.nn.Module):
-    """A CLIP as an ``nn.Module`` returning zero-shot logits, for pytorch-grad-cam."""
+    """A CLIP as an ``nn.Module`` returning zero-shot logits ``100 * cos(f(x), w_c)`` (for pytorch-grad-cam, Quantus)."""
 
     def __init__(self, clip: torch.nn.Module, weights: torch.Tensor) -> None:
         super().__init__()
@@ -82,11 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reference-images", type=int, default=None,
                         help="time pytorch-grad-cam on only this many of the images (default: all)")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stdout)
-    log.setLevel(logging.INFO)
-    warnings.filterwarnings("ignore")
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    configure(log, args.threads)
 
     from pytorch_grad_cam import GradCAM
     from pytorch_grad_cam.utils.model_targets import ClassifierOutputTarget
