@@ -137,11 +137,8 @@ def _inline(text: str) -> str:
 
 # ----------------------------------------------------------------------------- helpers
 def _pct(x: Any, digits: int = 1) -> str:
-    try:
-        value = float(x)
-    except (TypeError, ValueError):
-        return "—"
-    return "—" if not math.isfinite(value) else f"{100 * value:.{digits}f}"
+    """A fraction as a percentage (``—`` when missing or not finite)."""
+    return _num(x, digits, scale=100.0)
 
 
 def _ci(ci: Any) -> str:
@@ -151,12 +148,13 @@ def _ci(ci: Any) -> str:
     return "" if "—" in (low, high) else f" [{low}, {high}]"
 
 
-def _num(x: Any, digits: int = 3) -> str:
+def _num(x: Any, digits: int = 3, scale: float = 1.0) -> str:
+    """``scale * x`` with ``digits`` decimals (``—`` when missing or not finite)."""
     try:
         value = float(x)
     except (TypeError, ValueError):
         return "—"
-    return "—" if not math.isfinite(value) else f"{value:.{digits}f}"
+    return "—" if not math.isfinite(value) else f"{scale * value:.{digits}f}"
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
@@ -397,6 +395,8 @@ def fidelity_summaries(root: Path) -> tuple[list[dict[str, Any]], list[str]]:
 
 
 def _fidelity_section(doc: Document, root: Path, out: Path) -> None:
+    from curate.metrics.fidelity_run import vs_random_text
+
     entries, notes = fidelity_summaries(root)
     if not entries and not notes:
         return
@@ -415,10 +415,7 @@ def _fidelity_section(doc: Document, root: Path, out: Path) -> None:
                    if m in e["ranking"][0]] if e["ranking"] else []
         rows = []
         for r in e["ranking"]:
-            vs = ""
-            if "vs_random_morf" in r:
-                vs = (f"{r['vs_random_morf']:+.3f} [{r['vs_random_morf_low']:+.3f}, {r['vs_random_morf_high']:+.3f}] / "
-                      f"{r['vs_random_lerf']:+.3f} [{r['vs_random_lerf_low']:+.3f}, {r['vs_random_lerf_high']:+.3f}]")
+            vs = f"{vs_random_text(r, 'morf')} / {vs_random_text(r, 'lerf')}" if "vs_random_morf" in r else ""
             rows.append([r.get("rank"), r.get("method"), *(_num(r.get(m), 4) for m in metrics), vs, r.get("verdict", "")])
         doc.table(["rank", "method", *metrics, "vs random (MoRF / LeRF)", "verdict"], rows)
         curves = e["dir"] / "curves.png"

@@ -39,7 +39,7 @@ def fidelity(directory: Path, model_name: str, pretrained: str | None, methods: 
              limit: int, score: str, families: str, seed: int, batch_size: int, device: str, run_name: str | None, overwrite: bool,
              as_json: bool) -> None:
     """Score saliency methods on DIR's masked samples; writes runs/<run-name>/ (curves, AUCs, ranking, plot)."""
-    from curate.metrics.fidelity_run import fidelity_dataset
+    from curate.metrics.fidelity_run import fidelity_dataset, vs_random_text
     from curate.models import load_model
 
     if (pretrained or "").lower() in ("", "none"):
@@ -67,7 +67,7 @@ def fidelity(directory: Path, model_name: str, pretrained: str | None, methods: 
     for c in ["#", "method", f"{label}+", f"{label}-", *(["vs random MoRF", "vs random LeRF", "verdict"] if verdicts else [])]:
         table.add_column(c, justify="left" if c in ("method", "verdict") else "right", overflow="fold")
     for r in result.ranking:
-        extra = [_vs_random(r, "morf"), _vs_random(r, "lerf"), r.get("verdict", "")] if verdicts else []
+        extra = [vs_random_text(r, "morf"), vs_random_text(r, "lerf"), r.get("verdict", "")] if verdicts else []
         table.add_row(str(r["rank"]), r["method"], f"{r[fam + '_plus']:.4f}", f"{r[fam + '_minus']:.4f}", *extra)
     out().print(table)
     for base, corr in result.correlations.items():
@@ -75,10 +75,3 @@ def fidelity(directory: Path, model_name: str, pretrained: str | None, methods: 
                     + ", ".join(f"{m} {v['macro']:+.2f}" for m, v in corr.items() if "macro" in v))
     err().print(f"• run folder: {result.run_dir}")
 
-
-def _vs_random(row: dict, order: str) -> str:
-    """``+0.012 [+0.004, +0.020]``: the paired difference to a random map and its 95% interval."""
-    key = f"vs_random_{order}"
-    if key not in row:
-        return ""
-    return f"{row[key]:+.3f} [{row[key + '_low']:+.3f}, {row[key + '_high']:+.3f}]"

@@ -420,6 +420,15 @@ def trust_vs_reference(curves: Mapping[str, FidelityCurves], reference: str = "r
     return out
 
 
+def vs_random_text(row: Mapping[str, Any], order: str) -> str:
+    """``+0.012 [+0.004, +0.020]``: a ranking row's paired difference to the random map for ``order``
+    (``morf`` or ``lerf``) with its 95 % interval; empty when the row has none (e.g. the reference)."""
+    key = f"vs_random_{order}"
+    if key not in row:
+        return ""
+    return f"{row[key]:+.3f} [{row[key + '_low']:+.3f}, {row[key + '_high']:+.3f}]"
+
+
 def degraded_correlations(curves: Mapping[str, FidelityCurves]) -> dict[str, dict[str, dict[str, float]]]:
     """For each base with >= 3 members ``base`` / ``base~r``: Spearman of each metric vs the noise ratio."""
     series: dict[str, dict[str, float]] = {}
@@ -487,4 +496,5 @@ def plot_curves(curves: Mapping[str, FidelityCurves]) -> bytes:
 
 
 __all__ = ["FAMILIES", "REFERENCE_METHODS", "FidelityResult", "check_methods", "degraded_correlations",
-           "fidelity_dataset", "parse_sparsity", "plot_curves", "rank_methods", "trust_vs_reference"]
+           "fidelity_dataset", "parse_sparsity", "plot_curves", "rank_methods", "trust_vs_reference",
+           "vs_random_text"]
