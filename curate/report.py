@@ -32,18 +32,16 @@ import hashlib
 import html
 import json
 import logging
-import math
 import re
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
-import numpy as np
 
 from curate import __version__
+from curate.formatting import num, pct, pct_ci
 from curate.runs import RUNS_DIR, list_runs, write_bytes
 
 log = logging.getLogger(__name__)
@@ -137,24 +135,16 @@ def _inline(text: str) -> str:
 
 # ----------------------------------------------------------------------------- helpers
 def _pct(x: Any, digits: int = 1) -> str:
-    """A fraction as a percentage (``—`` when missing or not finite)."""
-    return _num(x, digits, scale=100.0)
+    """A fraction as a percentage (the shared formatter)."""
+    return pct(x, digits)
 
 
-def _ci(ci: Any) -> str:
-    if not ci or len(ci) != 2:
-        return ""
-    low, high = _pct(ci[0]), _pct(ci[1])
-    return "" if "—" in (low, high) else f" [{low}, {high}]"
+def _ci(interval: Any) -> str:
+    return pct_ci(interval)
 
 
 def _num(x: Any, digits: int = 3, scale: float = 1.0) -> str:
-    """``scale * x`` with ``digits`` decimals (``—`` when missing or not finite)."""
-    try:
-        value = float(x)
-    except (TypeError, ValueError):
-        return "—"
-    return "—" if not math.isfinite(value) else f"{scale * value:.{digits}f}"
+    return num(x, digits, scale)
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
@@ -166,21 +156,24 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 
 
 # ----------------------------------------------------------------------------- sections
-def _split_info(ds: Any) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
-    split = ds.provenance.get("split")
-    if not split or not split.get("run"):
-        return split, []
-    data = _read_json(ds.root / RUNS_DIR / str(split["run"]) / "split.json")
-    if data is None:
-        log.warning("the split run %s has no readable split.json; Fig. 4 is left out", split["run"])
-        return split, []
-    return split, [c for c in data.get("classes") or [] if "class_index" in c]
+def _split_run(ds: Any, notes: list[str]) -> Any:
+    """The split run recorded in ``dataset.yaml`` (a :class:`curate.runs.SplitRun`), or ``None``."""
+    from curate.runs import RunError, SplitRun
+
+    name = (ds.provenance.get("split") or {}).get("run")
+    if not name:
+        return None
+    try:
+        return SplitRun.load(ds.root / RUNS_DIR / str(name))
+    except RunError as error:
+        log.warning("the split run %s cannot be read (%s); Fig. 4 is left out", name, error)
+        notes.append(f"the split run `{name}` cannot be read ({error})")
+        return None
 
 
-def _layout_section(doc: Document, ds: Any, out: Path, split: Mapping[str, Any] | None,
-                    classes: Sequence[Mapping[str, Any]]) -> list[int]:
+def _layout_section(doc: Document, ds: Any, out: Path, split: Any) -> list[int]:
     """Fig. 3 and the per-class table; returns the classes that have a group."""
-    from curate.split.apply import counts_figure
+    from curate.split.tables import counts_figure, rule_text
 
     doc.heading("Data layout (Fig. 3)")
     rows = ds.rows()
@@ -198,18 +191,13 @@ def _layout_section(doc: Document, ds: Any, out: Path, split: Mapping[str, Any] 
         bkgs.setdefault((int(r["class_index"]), r["group"]), Counter())[r["background"] or "—"] += 1
     indices = sorted({c for c, _ in counts})
     names = ds.label_space.names
-    kept = [SimpleNamespace(class_index=c, n_easy=counts[(c, "easy")], n_hard=counts[(c, "hard")]) for c in indices]
-    write_bytes(out / "fig3_counts.png", counts_figure(kept, names))
+    write_bytes(out / "fig3_counts.png", counts_figure(
+        [_Counts(c, counts[(c, "easy")], counts[(c, "hard")]) for c in indices], names))
     doc.image("fig3_counts.png", "Fig. 3: easy and hard images per class")
-    if split:
-        rule = split.get("rule") or {}
-        reference = split.get("reference") or {}
-        doc.text(f"Split rule (papers/003 §2.1): backgrounds with at least {rule.get('min_per_background', '?')} "
-                 f"accepted images; easy = highest reference accuracy, hard = lowest; keep when the drop exceeds "
-                 f"{rule.get('min_drop', '?')} points" + (", significantly" if rule.get("require_significant") else "")
-                 + f". Reference model: `{reference.get('model_id') or reference.get('name')}`; split run "
-                 f"`{split.get('run')}`; {split.get('kept_classes', '?')} classes kept, "
-                 f"{split.get('dropped_classes', '?')} dropped.")
+    if split is not None:
+        doc.text(rule_text(split.rule) + f" Reference model(s): {', '.join(f'`{x}`' for x in split.reference_labels)}; "
+                 f"split run `{split.name}`; {len(split.kept)} classes kept, {len(split.dropped)} dropped. "
+                 + (split.label_sources.text + "." if split.label_sources is not None else ""))
     def bk(c: int, group: str) -> str:
         return ", ".join(sorted(bkgs.get((c, group), {}))) or "—"
 
@@ -221,33 +209,41 @@ def _layout_section(doc: Document, ds: Any, out: Path, split: Mapping[str, Any] 
     return indices
 
 
-def _drops_section(doc: Document, ds: Any, out: Path, classes: Sequence[Mapping[str, Any]]) -> None:
-    from curate.split.apply import drops_figure
+def _drops_section(doc: Document, ds: Any, out: Path, split: Any, notes: Sequence[str] = ()) -> None:
+    from curate.split.tables import drops_figure
 
     doc.heading("Per-class drops (Fig. 4)")
-    if not classes:
-        doc.text("No split run with a readable `split.json` is recorded in `dataset.yaml`; run `curate split`.")
+    if split is None:
+        doc.text("No readable split run is recorded in `dataset.yaml`; run `curate split`."
+                 + "".join(f" Note: {n}." for n in notes))
         return
     names = ds.label_space.names
-    kept = [c for c in classes if c.get("kept")]
-    nan = float("nan")
-    objects = [SimpleNamespace(class_index=int(c["class_index"]), drop=_float(c.get("drop")),
-                               drop_ci=tuple(_float(v) for v in (c.get("drop_ci") or [nan, nan]))) for c in kept]
-    if objects:
-        write_bytes(out / "fig4_drops.png", drops_figure(objects, names))
-        doc.image("fig4_drops.png", "Fig. 4: the reference model's accuracy drop per class (95% bootstrap interval)")
+    kept = split.kept
+    if kept:
+        write_bytes(out / "fig4_drops.png", drops_figure(kept, names))
+        doc.image("fig4_drops.png", "Fig. 4: the reference model's accuracy drop per class (bars: in-sample, 95% "
+                                    "bootstrap interval; diamonds: cross-fitted)")
+    doc.text(f"Reference drop over the kept classes: {split.reference_drop_text()}. {split.in_sample_note} "
+             f"{split.noise_summary.text}.")
     rows = []
-    for c in sorted(kept, key=lambda c: -_float(c.get("drop"))):
-        rows.append([f"{names[int(c['class_index'])]} ({c['class_index']})" + (" (pinned)" if c.get("pinned") else ""),
-                     c.get("easy"), _pct(c.get("easy_acc")), c.get("hard"), _pct(c.get("hard_acc")),
-                     _pct(c.get("drop")) + _ci(c.get("drop_ci")), c.get("n_easy"), c.get("n_hard")])
-    doc.table(["class", "easy bkg", "easy acc. (%)", "hard bkg", "hard acc. (%)", "drop (points) [95% CI]",
-               "n easy", "n hard"], rows)
-    dropped = [c for c in classes if not c.get("kept")]
-    if dropped:
+    for c in sorted(kept, key=lambda c: -c.drop):
+        rows.append([f"{names[c.class_index]} ({c.class_index})" + (" (pinned)" if c.pinned else ""),
+                     c.easy, _pct(c.easy_acc), c.hard, _pct(c.hard_acc), _pct(c.drop) + _ci(c.drop_ci),
+                     _pct(c.crossfit_drop), _num(c.p_value, 3), c.n_easy, c.n_hard])
+    doc.table(["class", "easy bkg", "easy acc. (%)", "hard bkg", "hard acc. (%)", "drop in-sample (points) [95% CI]",
+               "drop cross-fitted", "p (permutation)", "n easy", "n hard"], rows)
+    if split.dropped:
         doc.text("Classes the rule dropped:")
-        doc.table(["class", "reason"], [[f"{names[int(c['class_index'])]} ({c['class_index']})", c.get("reason", "")]
-                                        for c in dropped])
+        doc.table(["class", "reason"], [[f"{names[c.class_index]} ({c.class_index})", c.reason] for c in split.dropped])
+
+
+@dataclass(frozen=True)
+class _Counts:
+    """A class's easy and hard image counts (what Fig. 3 plots)."""
+
+    class_index: int
+    n_easy: int
+    n_hard: int
 
 
 def _float(x: Any) -> float:
@@ -280,39 +276,43 @@ def evaluation_rows(root: Path, runs: Sequence[str] | None = None) -> tuple[list
 
 
 def _evaluation_section(doc: Document, root: Path, out: Path, runs: Sequence[str] | None) -> None:
-    from curate.compare import scatter_png, to_csv
-    from curate.metrics.robustness import MIN_MODELS, fit_effective_robustness
+    from curate.compare import drop_text, fit_groups, scatter_png, to_csv
+    from curate.metrics.robustness import MIN_MODELS
 
     doc.heading("Evaluation (Table 2)")
     rows, omitted = evaluation_rows(root, runs)
     if not rows:
         doc.text("No evaluation run with easy/hard groups yet: run `curate evaluate DIR --model ...` after the split.")
         return
+    scale = rows[0].er_scale
     doc.text("Balanced top-1 accuracy (%) on the easy and hard groups, the drop (mean over classes of easy - hard, "
-             "points; papers/003 App. C.3) with 95% bootstrap intervals, and effective robustness (points above the "
-             "logit-linear fit of hard on easy accuracy over the models of the same setup).")
+             "points; papers/003 App. C.3) with 95% bootstrap intervals, and effective robustness: points above the "
+             f"least-squares fit of hard on easy accuracy ({scale} scale) over the models of the same family "
+             "(CLIP, classifier, LVLM: fitted separately, as papers/003 Fig. 2 does) and setup (label space, prompts).")
     table = []
     for r in sorted(rows, key=lambda r: (r.setup, -r.easy)):
-        table.append([r.model, r.label_space, r.prompts, _pct(r.easy) + _ci(r.easy_ci), _pct(r.hard) + _ci(r.hard_ci),
-                      _pct(r.drop) + _ci(r.drop_ci), _pct(r.effective_robustness), r.n_easy, r.n_hard, f"`{r.run}`"])
-    doc.table(["model", "label space", "prompts", "easy", "hard", "drop", "effective robustness", "n easy", "n hard",
-               "run"], table)
+        table.append([r.model, r.family, r.label_space, r.prompts, _pct(r.easy) + _ci(r.easy_ci),
+                      _pct(r.hard) + _ci(r.hard_ci), drop_text(r, 1) + _ci(r.drop_ci), _pct(r.effective_robustness),
+                      r.n_easy, r.n_hard, f"`{r.run}`"])
+    doc.table(["model", "family", "label space", "prompts", "easy", "hard", "drop", "effective robustness", "n easy",
+               "n hard", "run"], table)
+    if any(r.in_sample for r in rows):
+        doc.text("**In-sample**: the split's reference model chose easy and hard to maximise its own drop, so its drop "
+                 "on this split is inflated by that selection (papers/003 reports it the same way). `corrected` is the "
+                 "split's cross-fitted drop: easy/hard chosen on one fold of the images and measured on the other.")
     write_bytes(out / "table2.csv", to_csv(rows).encode())
     if omitted:
         doc.text("Left out as repeats of the same model and setup (the newest run is shown): "
                  + ", ".join(f"`{a}` (repeats `{b}`)" for a, b in omitted) + ".")
     doc.heading("Easy vs hard (Fig. 2)")
     write_bytes(out / "fig2_scatter.png", scatter_png(rows))
-    doc.image("fig2_scatter.png", "Fig. 2: easy vs hard accuracy, effective-robustness fit and y = x")
-    fits = []
-    for setup in sorted({r.setup for r in rows}):
-        same = [r for r in rows if r.setup == setup]
-        fit = fit_effective_robustness(np.array([r.easy for r in same]), np.array([r.hard for r in same]))
-        fits.append([setup[0], setup[1], fit.n_models, _num(fit.slope), _num(fit.intercept)])
-    doc.table(["label space", "prompts", "models", "slope", "intercept"], fits)
-    if any(f[2] < MIN_MODELS for f in fits):
-        doc.text(f"A fit needs at least {MIN_MODELS} models of one setup; below that effective robustness is undefined "
-                 "(—), since a line through two points fits every model exactly.")
+    doc.image("fig2_scatter.png", "Fig. 2: easy vs hard accuracy, effective-robustness fit per family and y = x")
+    fits = [[setup[0], setup[1], setup[2], fit.n_models, fit.scale, _num(fit.slope), _num(fit.intercept)]
+            for setup, fit in fit_groups(rows, scale).items()]
+    doc.table(["family", "label space", "prompts", "models", "scale", "slope", "intercept"], fits)
+    if any(f[3] < MIN_MODELS for f in fits):
+        doc.text(f"A fit needs at least {MIN_MODELS} models of one family and setup; below that effective robustness is "
+                 "undefined (—), since a line through two points fits every model exactly.")
 
 
 def _runs_of_kind(root: Path, kind: str, notes: list[str]):
@@ -330,31 +330,16 @@ def _runs_of_kind(root: Path, kind: str, notes: list[str]):
 
 
 def explain_summaries(root: Path) -> tuple[list[dict[str, Any]], list[str]]:
-    """Per explain run (``config.json`` kind ``explain``): the compact by-group summary, and notes
-    for runs whose ``summary.json`` is missing or not in the expected shape.
+    """Per explain run: the compact by-group entry (:meth:`curate.runs.ExplainRun.by_group`), and
+    notes for runs that cannot be read (unfinished, damaged, written by a newer curate)."""
+    from curate.runs import RunError, iter_runs
 
-    Each entry: ``run``, ``model``, ``method``, ``layer``, ``target``, ``split`` (group | aligned |
-    None), ``groups`` {name: {sss, rma, n, n_nan, sss_uniform}}, ``overall`` {sss, rma, n, sss_uniform}.
-    """
     entries, notes = [], []
-    for run_dir, config, summary in _runs_of_kind(root, "explain", notes):
-        try:
-            groups = {}
-            for part, entry in (summary.get("by_group") or {}).items():
-                groups[part] = {"sss": entry["sss"]["mean"], "rma": entry["rma"]["mean"], "n": entry["sss"].get("n"),
-                                "n_nan": entry["sss"].get("n_nan"), "sss_uniform": entry.get("sss_uniform")}
-            overall = summary.get("overall") or {}
-            config = summary.get("config") or config
-            entries.append({
-                "run": run_dir.name, "model": config.get("model"), "method": config.get("method"),
-                "layer": config.get("layer"), "target": config.get("target"), "split": summary.get("split"),
-                "groups": groups,
-                "overall": {"sss": overall["sss"]["per_image"]["mean"], "rma": overall["rma"]["per_image"]["mean"],
-                            "n": overall["sss"]["per_image"].get("n"), "sss_uniform": overall.get("sss_uniform")},
-                "nan": (summary.get("nan") or {}).get("count"),
-            })
-        except (KeyError, TypeError) as exc:
-            notes.append(f"`{run_dir.name}`: summary.json is not in the expected shape (missing {exc})")
+    for run_dir, run in iter_runs(root, "explain"):
+        if isinstance(run, RunError):
+            notes.append(f"`{run_dir.name}` cannot be read ({run})")
+        else:
+            entries.append(run.by_group())
     return entries, notes
 
 
@@ -373,10 +358,15 @@ def _saliency_section(doc: Document, root: Path) -> None:
         what = " / ".join(str(x) for x in (e["model"], e["method"], e["layer"], e["target"]) if x)
         parts = list(e["groups"].items()) + [("all", e["overall"])]
         for part, g in parts:
+            reasons = g.get("nan_reasons") if part != "all" else e.get("nan_reasons")
+            why = ", ".join(f"{k} {v}" for k, v in (reasons or {}).items() if v)
             rows.append([label, what, part, _num(g.get("sss")), _num(g.get("rma")), _num(g.get("sss_uniform")),
-                         g.get("n", ""), g.get("n_nan", "") if part != "all" else (e.get("nan") or 0)])
+                         g.get("n", ""), g.get("n_nan", ""), why])
     if rows:
-        doc.table(["run", "model / method / layer / target", "group", "SSS", "RMA", "SSS uniform", "n", "NaN"], rows)
+        doc.table(["run", "model / method / layer / target", "group", "SSS", "RMA", "SSS uniform", "n",
+                   "NaN images", "NaN maps (why)"], rows)
+        doc.text("NaN: an image whose maps are all undefined (a constant map, an empty mask) has no score; it is "
+                 "counted here, never silently dropped or scored 0.")
     for note in notes:
         doc.text("Skipped: " + note + ".")
 
@@ -514,9 +504,10 @@ def build_report(
     doc = Document(title or f"curate report: {ds.name}")
     doc.text(f"Dataset folder `{ds.root.name}`, written by curate {__version__}. Figures are PNG files beside "
              f"this report; accuracies are %, drops are points, intervals are 95% bootstrap intervals.")
-    split, classes = _split_info(ds)
-    _layout_section(doc, ds, out, split, classes)
-    _drops_section(doc, ds, out, classes)
+    notes: list[str] = []
+    split = _split_run(ds, notes)
+    _layout_section(doc, ds, out, split)
+    _drops_section(doc, ds, out, split, notes)
     _evaluation_section(doc, ds.root, out, runs)
     _saliency_section(doc, ds.root)
     _fidelity_section(doc, ds.root, out)

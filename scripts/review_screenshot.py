@@ -38,7 +38,8 @@ def main(argv: list[str] | None = None) -> int:
         collect_synthetic,
     )
     from curate.review.browser import HeadlessChromium
-    from curate.review.services import free_port, provision_mongod, start_mongod
+    from curate.review.database import free_port, start_mongod
+    from curate.review.provision import provision_mongod
 
     work = Path(tempfile.mkdtemp(prefix="curate-screenshot-"))
     server = start_mongod(work / "db", binaries=provision_mongod())

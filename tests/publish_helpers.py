@@ -68,7 +68,7 @@ def make_dataset(root: Path, *, per_group: int = 3, licences: Sequence[Any] | No
 
 
 def write_split_run(ds: Dataset, name: str = "split-test") -> Path:
-    """A split run folder and ``provenance.split`` as :func:`curate.split.apply.split_dataset` writes them."""
+    """A split run folder in the version-1 layout (before run records), and ``provenance.split``."""
     rule = {"min_per_background": 2, "min_drop": 5.0, "require_significant": False, "n_boot": 100, "level": 0.95,
             "n_perm": 100, "alpha": 0.05, "seed": 0}
     classes = []
@@ -114,7 +114,7 @@ def write_eval_run(ds: Dataset, name: str, model: str, easy: float, hard: float,
 
 
 def explain_summary(model: str = "open_clip:m-a") -> dict[str, Any]:
-    """A ``summary.json`` in the shape curate.saliency.explain writes (see its ``_summary``)."""
+    """A version-1 explain ``summary.json`` (the layout before run records; ExplainRun still loads it)."""
 
     def stat(mean: float, n: int = 9, n_nan: int = 0) -> dict[str, Any]:
         return {"mean": mean, "std": 0.1, "n": n, "n_nan": n_nan}

@@ -33,7 +33,12 @@ def test_evaluate_three_models_then_compare(tmp_path, runner) -> None:
     assert (folder / "compare.png").read_bytes()[:4] == b"\x89PNG"
     rows = list(csv.DictReader((folder / "compare.csv").open()))
     assert len(rows) == 3 and {"easy_acc1", "hard_acc1", "drop", "effective_robustness"} <= set(rows[0])
-    assert "| model | label space |" in (folder / "compare.md").read_text()
+    assert "| model | family | label space |" in (folder / "compare.md").read_text()
+    assert sorted(r["family"] for r in rows) == ["classifier", "clip", "clip"]  # fitted separately, never pooled
+    assert {r["er_scale"] for r in rows} == {"logit"}
+    result = runner.invoke(main, ["compare", str(ds.root), "--er-scale", "linear"])
+    assert result.exit_code == 0 and "linear scale" in result.output
+    assert {r["er_scale"] for r in csv.DictReader((folder / "compare.csv").open())} == {"linear"}
 
 
 def test_evaluate_errors_are_clear(tmp_path, runner) -> None:

@@ -17,7 +17,9 @@ from fake_inat import (
 from curate.cli import main
 from curate.collect.http import HttpError, RetryPolicy
 from curate.collect.inat import (
+    INAT_PHOTO_LICENSES,
     INatClass,
+    INatSettings,
     TaxonNotFoundError,
     classes_from_text,
     collect_inat,
@@ -26,6 +28,7 @@ from curate.collect.inat import (
     sized_photo_url,
 )
 from curate.collect.journal import collection_failures
+from curate.licenses import license_policy
 from curate.store import Dataset, check_dataset
 
 CLASSES = [INatClass(9, "ostrich"), INatClass(10, "brambling"), INatClass(16, "bulbul", ("Pycnonotidae",))]
@@ -188,6 +191,39 @@ def test_licence_policy(tmp_path) -> None:
         stored = {r["license"] for r in Dataset.open(tmp_path / "b").rows()}
         assert stored and stored <= {"cc-by-nd", "all-rights-reserved"}
         assert collected_ids(tmp_path / "b") == expected_ids(server, 6, licenses=("cc-by-nd", "all-rights-reserved"))
+
+
+def test_licences_inaturalist_does_not_have_are_refused_before_any_request(tmp_path) -> None:
+    # iNaturalist's photo_license filter (API v1) knows only the seven CC codes; pd and us-gov have
+    # no equivalent there, so they are refused, naming the allowed codes, and nothing is sent.
+    allowed = "cc-by, cc-by-nc, cc-by-nd, cc-by-sa, cc-by-nc-nd, cc-by-nc-sa, cc0"
+    with FakeINat() as server:
+        for asked in ("cc0,cc-by,cc-by-nc,pd,us-gov", "us-gov", "public domain", ["cc-by", "pd"]):
+            with pytest.raises(ValueError, match="iNaturalist has no licence") as info:
+                run(server, tmp_path / "a", licenses=asked, allow_restricted_licenses=True)
+            assert allowed in str(info.value)
+        assert not server.api_requests and not server.photo_requests
+        assert not (tmp_path / "a").exists()
+        with pytest.raises(ValueError, match="iNaturalist has no licence pd"):
+            INatSettings(licenses=("cc0", "pd"))
+        # what is sent is within the API's enum
+        run(server, tmp_path / "b", per_class=2, classes=CLASSES[:1], licenses="cc0,cc-by-sa,cc-by-nc-sa")
+        sent = [dict(p.split("=", 1) for p in r.split("?", 1)[1].split("&"))
+                for r in server.api_requests if r.startswith("/v1/observations")]
+        assert sent and all(q["photo_license"] == "cc0,cc-by-sa,cc-by-nc-sa" for q in sent)
+    # "all" means every iNaturalist licence (and none: all rights reserved), never pd or us-gov
+    assert INatSettings(licenses=license_policy("all", allow_restricted=True, source_codes=INAT_PHOTO_LICENSES
+                                                + ("all-rights-reserved",))).licenses[-1] == "all-rights-reserved"
+
+
+def test_cli_refuses_pd_and_us_gov_for_inaturalist(tmp_path) -> None:
+    runner = CliRunner(env={"COLUMNS": "200"})
+    with FakeINat() as server:
+        bad = runner.invoke(main, ["collect", "inat", str(tmp_path / "x"), "--classes", "9",
+                                   "--licenses", "cc0,cc-by,cc-by-nc,pd,us-gov", "--api-url", server.api_url])
+        assert bad.exit_code == 1, bad.output
+        assert "iNaturalist has no licence pd" in bad.output and "cc-by-nc-sa, cc0" in bad.output
+        assert not server.api_requests and not server.photo_requests
 
 
 def test_taxon_resolution(tmp_path) -> None:

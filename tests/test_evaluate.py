@@ -8,7 +8,8 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from curate.evaluate import EvalSettings, ModelSpec, evaluate_model
+from curate.models import ModelSpec
+from curate.stages.evaluate import EvalSettings, evaluate
 from curate.models import load_model
 from eval_helpers import CLASSES, make_folder
 
@@ -23,7 +24,7 @@ def _seeded(name: str = "curate-tiny-vit", seed: int = 0):
 def folder(tmp_path, monkeypatch):
     ds = make_folder(tmp_path / "ds")
     # curate loads models by spec; route the tiny spec to a seeded model so runs are repeatable
-    import curate.evaluate as ev
+    import curate.stages.evaluate as ev
 
     monkeypatch.setattr(ev, "_load", lambda spec, settings: load_model(spec.name, spec.pretrained, seed=0,
                                                                        device=settings.device, precision=settings.precision))
@@ -36,7 +37,7 @@ def test_agrees_exactly_with_clip_benchmark(tmp_path, monkeypatch) -> None:
     strictly between 0 and 1 and the comparison can fail)."""
     from clip_benchmark.metrics import zeroshot_classification as zsc
 
-    import curate.evaluate as ev
+    import curate.stages.evaluate as ev
     from curate.labels import imagenet1k
 
     monkeypatch.setattr(ev, "_load", lambda spec, settings: load_model(spec.name, seed=0))
@@ -45,7 +46,7 @@ def test_agrees_exactly_with_clip_benchmark(tmp_path, monkeypatch) -> None:
     ds = make_folder(tmp_path / "agree", classes=classes, per_class=12)
     labels = tmp_path / "labels.txt"
     labels.write_text("\n".join(map(str, subset)))
-    result = evaluate_model(ds.root, TINY, EvalSettings(label_space=str(labels), bootstrap=10))
+    result = evaluate(ds.root, TINY, EvalSettings(label_space=str(labels), bootstrap=10))
     model = _seeded()
     rows = ds.rows()
     names = [imagenet1k().names[i] for i in subset]
@@ -69,8 +70,8 @@ def test_agrees_exactly_with_clip_benchmark(tmp_path, monkeypatch) -> None:
 
 
 def test_run_layout_and_second_evaluation_reuses_the_cache(folder) -> None:
-    first = evaluate_model(folder.root, TINY, EvalSettings(bootstrap=50), run_name="a")
-    assert first.encoded == len(CLASSES) * 6
+    first = evaluate(folder.root, TINY, EvalSettings(bootstrap=50), run_name="a")
+    assert first.images_encoded == len(CLASSES) * 6
     run = first.run_dir
     config = json.loads((run / "config.json").read_text())
     assert config["model"]["model_id"] == "open_clip:curate-tiny-vit:random-seed0"
@@ -83,16 +84,16 @@ def test_run_layout_and_second_evaluation_reuses_the_cache(folder) -> None:
     assert {row["class_index"] for row in metrics["per_class"]} == set(CLASSES)
     assert {"easy_acc1", "hard_acc1", "drop", "n_easy", "n_hard"} <= set(metrics["per_class"][0])
     # another prompt set, label space and run: no image is encoded again
-    second = evaluate_model(folder.root, TINY, EvalSettings(prompts="openai", bootstrap=50), run_name="b")
-    assert second.encoded == 0
-    third = evaluate_model(folder.root, TINY, EvalSettings(bootstrap=50), run_name="c")
-    assert third.encoded == 0 and third.metrics["overall"] == first.metrics["overall"]
+    second = evaluate(folder.root, TINY, EvalSettings(prompts="openai", bootstrap=50), run_name="b")
+    assert second.images_encoded == 0
+    third = evaluate(folder.root, TINY, EvalSettings(bootstrap=50), run_name="c")
+    assert third.images_encoded == 0 and third.metrics["overall"] == first.metrics["overall"]
     with pytest.raises(FileExistsError):
-        evaluate_model(folder.root, TINY, EvalSettings(bootstrap=50), run_name="a")
+        evaluate(folder.root, TINY, EvalSettings(bootstrap=50), run_name="a")
 
 
 def test_duplicate_imagenet_names_are_scored_by_index(folder) -> None:
-    result = evaluate_model(folder.root, TINY, EvalSettings(bootstrap=10))
+    result = evaluate(folder.root, TINY, EvalSettings(bootstrap=10))
     per_class = {row["class_index"]: row for row in result.metrics["per_class"]}
     assert per_class[657]["class_name"] == per_class[744]["class_name"] == "missile"
     assert per_class[657]["n"] == per_class[744]["n"] == 6
@@ -106,23 +107,23 @@ def test_duplicate_imagenet_names_are_scored_by_index(folder) -> None:
 def test_file_label_space_and_unknown_labels(folder, tmp_path) -> None:
     good = tmp_path / "five.txt"
     good.write_text("ostrich\n296\nn01860187  # black swan by WordNet id\n657\n744\n")
-    result = evaluate_model(folder.root, TINY, EvalSettings(label_space=str(good), bootstrap=10))
+    result = evaluate(folder.root, TINY, EvalSettings(label_space=str(good), bootstrap=10))
     preds = pq.read_table(result.run_dir / "predictions.parquet").to_pylist()
     assert all(set(r["topk_labels"]) <= set(CLASSES) for r in preds)
     bad = tmp_path / "bad.txt"
     bad.write_text("ostrich\nunicorn\n")
     with pytest.raises(ValueError, match=r"bad.txt:2: unknown class 'unicorn'"):
-        evaluate_model(folder.root, TINY, EvalSettings(label_space=str(bad)))
+        evaluate(folder.root, TINY, EvalSettings(label_space=str(bad)))
     partial = tmp_path / "partial.txt"
     partial.write_text("ostrich\n")
     with pytest.raises(ValueError, match="does not contain the true class"):
-        evaluate_model(folder.root, TINY, EvalSettings(label_space=str(partial)))
+        evaluate(folder.root, TINY, EvalSettings(label_space=str(partial)))
 
 
 def test_top20_is_built_once_saved_and_reused(folder) -> None:
     ref = ModelSpec("curate-tiny-vit", None)
     settings = EvalSettings(label_space="top20", top20_reference=ref, bootstrap=10)
-    first = evaluate_model(folder.root, TINY, settings)
+    first = evaluate(folder.root, TINY, settings)
     saved = json.loads((folder.root / "labelspaces" / "top20.json").read_text())
     assert set(saved["classes"]) == {str(c) for c in CLASSES}
     for c, labels in saved["classes"].items():
@@ -131,24 +132,24 @@ def test_top20_is_built_once_saved_and_reused(folder) -> None:
     for row in preds:
         assert set(row["topk_labels"]) <= set(saved["classes"][str(row["class_index"])])
     mtime = (folder.root / "labelspaces" / "top20.json").stat().st_mtime_ns
-    evaluate_model(folder.root, ModelSpec("curate-tiny-rn", None), EvalSettings(label_space="top20", bootstrap=10))
+    evaluate(folder.root, ModelSpec("curate-tiny-rn", None), EvalSettings(label_space="top20", bootstrap=10))
     assert (folder.root / "labelspaces" / "top20.json").stat().st_mtime_ns == mtime  # reused unchanged
     with pytest.raises(ValueError, match="rebuild-top20"):
-        evaluate_model(folder.root, TINY, EvalSettings(label_space="top20", top20_reference=ModelSpec("curate-tiny-rn")))
+        evaluate(folder.root, TINY, EvalSettings(label_space="top20", top20_reference=ModelSpec("curate-tiny-rn")))
 
 
 def test_top20_needs_a_reference(folder) -> None:
     with pytest.raises(ValueError, match="--top20-reference"):
-        evaluate_model(folder.root, TINY, EvalSettings(label_space="top20"))
+        evaluate(folder.root, TINY, EvalSettings(label_space="top20"))
 
 
 def test_classifier_uses_its_logits_restricted_to_the_candidates(folder, tmp_path) -> None:
     labels = tmp_path / "five.txt"
     labels.write_text("\n".join(str(c) for c in CLASSES))
     spec = ModelSpec("timm:test_resnet", None)
-    full = evaluate_model(folder.root, spec, EvalSettings(bootstrap=10), run_name="full")
-    sub = evaluate_model(folder.root, spec, EvalSettings(label_space=str(labels), bootstrap=10), run_name="sub")
-    assert sub.encoded == 0  # logits came from the cache
+    full = evaluate(folder.root, spec, EvalSettings(bootstrap=10), run_name="full")
+    sub = evaluate(folder.root, spec, EvalSettings(label_space=str(labels), bootstrap=10), run_name="sub")
+    assert sub.images_encoded == 0  # logits came from the cache
     model = load_model("timm:test_resnet", seed=0)
     rows = {r["sample_id"]: r for r in folder.rows()}
     preds = pq.read_table(sub.run_dir / "predictions.parquet").to_pylist()
@@ -163,10 +164,10 @@ def test_classifier_uses_its_logits_restricted_to_the_candidates(folder, tmp_pat
 
 def test_no_groups_still_reports_overall_and_per_background(tmp_path, monkeypatch) -> None:
     ds = make_folder(tmp_path / "nogroups", with_groups=False)
-    import curate.evaluate as ev
+    import curate.stages.evaluate as ev
 
     monkeypatch.setattr(ev, "_load", lambda spec, settings: load_model(spec.name, seed=0))
-    result = evaluate_model(ds.root, TINY, EvalSettings(bootstrap=10))
+    result = evaluate(ds.root, TINY, EvalSettings(bootstrap=10))
     assert result.metrics["groups"] == {} and result.metrics["drop"] is None
     assert {row["background"] for row in result.metrics["per_background"]} == {"grass", "water"}
     assert result.metrics["overall"]["n"] == 30
@@ -176,7 +177,7 @@ def test_corrupt_image_at_evaluation_time_is_excluded_and_counted(folder) -> Non
     victim = folder.rows()[3]
     path = folder.image_path(victim["sample_id"])
     path.write_bytes(path.read_bytes()[:40])  # damaged after ingestion
-    result = evaluate_model(folder.root, TINY, EvalSettings(bootstrap=10))
+    result = evaluate(folder.root, TINY, EvalSettings(bootstrap=10))
     excluded = result.metrics["excluded"]
     assert excluded["count"] == 1 and excluded["samples"][0]["sample_id"] == victim["sample_id"]
     assert result.metrics["overall"]["n"] == 29
@@ -194,7 +195,7 @@ def test_non_finite_outputs_are_excluded(folder, monkeypatch) -> None:
         return out
 
     monkeypatch.setattr(features, "_model_output", poisoned)
-    result = evaluate_model(folder.root, TINY, EvalSettings(bootstrap=10, batch_size=64))
+    result = evaluate(folder.root, TINY, EvalSettings(bootstrap=10, batch_size=64))
     assert result.metrics["excluded"]["count"] == 1
     assert result.metrics["excluded"]["samples"][0]["sample_id"] == first
     assert "non-finite" in result.metrics["excluded"]["samples"][0]["reason"]
@@ -224,12 +225,12 @@ def test_cuda_requested_but_absent_is_a_clear_error(folder) -> None:
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA; the error case cannot happen here")
     with pytest.raises(RuntimeError, match="CUDA was requested"):
-        evaluate_model(folder.root, TINY, EvalSettings(device="cuda"))
+        evaluate(folder.root, TINY, EvalSettings(device="cuda"))
 
 
 def test_empty_selection_is_a_clear_error(folder) -> None:
     with pytest.raises(ValueError, match="no samples with status"):
-        evaluate_model(folder.root, TINY, EvalSettings(statuses=("rejected",)))
+        evaluate(folder.root, TINY, EvalSettings(statuses=("rejected",)))
 
 
 def test_rescoring_a_subset_slices_the_cached_classifier_and_encodes_nothing(folder, tmp_path, monkeypatch) -> None:
@@ -237,7 +238,7 @@ def test_rescoring_a_subset_slices_the_cached_classifier_and_encodes_nothing(fol
     and equals the 1-vs-1000 scores restricted to the subset."""
     from curate.models.clip import ClipModel
 
-    full = evaluate_model(folder.root, TINY, EvalSettings(bootstrap=10), run_name="full")
+    full = evaluate(folder.root, TINY, EvalSettings(bootstrap=10), run_name="full")
     calls = {"text": 0}
     real = ClipModel.encode_text
 
@@ -248,8 +249,8 @@ def test_rescoring_a_subset_slices_the_cached_classifier_and_encodes_nothing(fol
     monkeypatch.setattr(ClipModel, "encode_text", counting)
     labels = tmp_path / "five.txt"
     labels.write_text("\n".join(str(c) for c in CLASSES))
-    sub = evaluate_model(folder.root, TINY, EvalSettings(label_space=str(labels), bootstrap=10), run_name="sub")
-    assert sub.encoded == 0 and calls["text"] == 0
+    sub = evaluate(folder.root, TINY, EvalSettings(label_space=str(labels), bootstrap=10), run_name="sub")
+    assert sub.images_encoded == 0 and calls["text"] == 0
     full_rows = {r["sample_id"]: r for r in pq.read_table(full.run_dir / "predictions.parquet").to_pylist()}
     for row in pq.read_table(sub.run_dir / "predictions.parquet").to_pylist():
         kept = [(l, s) for l, s in zip(full_rows[row["sample_id"]]["topk_labels"], full_rows[row["sample_id"]]["topk_scores"])

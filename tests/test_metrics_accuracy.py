@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from curate.evaluate import compute_metrics
+from curate.stages.evaluate import compute_metrics
 from curate.metrics.accuracy import (
     balanced_accuracy, class_drops, mean_drop, mean_per_class_recall, topk_correct, unbalanced_accuracy,
 )

@@ -110,7 +110,8 @@ def test_real_fiftyone_collection_is_built_and_exported(world, tmp_path: Path, m
     fo = import_fiftyone_module()  # dodges the importlib_metadata backport (see its docstring)
     import fiftyone.core.odm.database as fodb
 
-    from curate.review.services import provision_mongod, start_mongod
+    from curate.review.database import start_mongod
+    from curate.review.provision import provision_mongod
 
     binaries = provision_mongod()
     server = start_mongod(tmp_path / "mongo", binaries=binaries)

@@ -9,13 +9,13 @@ datasets = pytest.importorskip("datasets")
 from huggingface_hub import DatasetCard  # noqa: E402
 from publish_helpers import image_bytes, make_dataset  # noqa: E402
 
+from curate.licenses import most_restrictive  # noqa: E402
 from curate.publish import (  # noqa: E402
     PublishError,
     card_licence,
     classify_licence,
     write_hub_folder,
 )
-from curate.publish.licensing import most_restrictive  # noqa: E402
 from curate.store import Dataset, NewSample  # noqa: E402
 
 

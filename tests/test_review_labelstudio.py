@@ -24,7 +24,8 @@ from review_helpers import changed_fields, review_world, square_mask, table_of
 
 from curate.cli import main
 from curate.review import rle
-from curate.review.services import provision_labelstudio, start_labelstudio
+from curate.review.database import start_labelstudio
+from curate.review.provision import provision_labelstudio
 
 pytestmark = [pytest.mark.labelstudio, pytest.mark.slow, pytest.mark.timeout(900)]
 

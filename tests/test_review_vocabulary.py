@@ -24,7 +24,7 @@ from curate.review.sync import (
     snapshot_path,
 )
 from curate.review.views import ViewError, expand_views, find_view, load_views
-from curate.review.vocabulary import TagVocabulary, VocabularyError
+from curate.review.vocabulary import TagVocabulary, VocabularyError, newest_values
 from curate.store import Dataset
 
 BACKGROUNDS = ("snow", "water", "sky")
@@ -75,6 +75,75 @@ def test_reading_tags_decides_each_unit_or_reports(vocab) -> None:
     empty = vocab.read([], BACKGROUNDS)
     assert empty.decide("background") == (True, (None, None, None), [])
     assert empty.decide("curation") == (True, ("candidate", None), [])
+
+
+def test_tags_added_since_the_push_win_over_the_pushed_ones(vocab) -> None:
+    # the formula: a reviewer adds reject:<reason> to a sample pushed with accept -> rejected
+    assert newest_values(["accept", "reject:clarity"], [("accepted", None), ("rejected", "clarity")],
+                         pushed=["accept"]) == [("rejected", "clarity")]
+    assert newest_values(["accept"], [("accepted", None)], pushed=["accept"]) == [("accepted", None)]
+    assert newest_values(["accept", "reject:clarity"], ["a", "r"], pushed=["accept", "reject:clarity"]) == ["a", "r"]
+    reading = vocab.read(["accept", "reject:label_noise", "bg:water", "bg:sky", "mask:ok", "mask:bad"], BACKGROUNDS)
+    assert reading.decide("curation", pushed=["accept"]) == (True, ("rejected", "label_noise"), [])
+    assert reading.decide("curation", pushed=["reject:label_noise"]) == (True, ("accepted", None), [])
+    assert reading.decide("background", pushed=["bg:water"]) == (True, ("sky", "human", None), [])
+    assert reading.decide("mask", pushed=["mask:ok"]) == (True, "bad", [])
+    assert reading.tag_of("curation", ("rejected", "label_noise")) == "reject:label_noise"
+    # a genuine ambiguity: both decisions added since the push (or nothing pushed to tell them apart)
+    for pushed in ([], None):
+        ok, value, problems = reading.decide("curation", pushed=pushed)
+        assert not ok and value is None and "contradicting curation tags" in str(problems[0])
+    both = vocab.read(["accept", "reject:clarity", "reject:obscurity"], BACKGROUNDS)
+    ok, _, problems = both.decide("curation", pushed=["accept"])
+    assert not ok and len(problems) == 1 and "added since the push" in problems[0].why
+    assert problems[0].tag == "reject:clarity, reject:obscurity"
+    # an unreadable new tag is still reported, never guessed around
+    typo = vocab.read(["accept", "reject:blurry"], BACKGROUNDS)
+    ok, _, problems = typo.decide("curation", pushed=["accept"])
+    assert not ok and "blurry" in str(problems[0])
+
+
+def test_fiftyone_observation_lets_the_added_reject_tag_win(world, vocab) -> None:
+    # the FiftyOne reader's formula without MongoDB: one record as the App stores it vs the push
+    from curate.review.fiftyone import _observe_one, view_units
+
+    row = world.rows()[1]  # accepted, pushed with the tag accept
+    assert row["status"] == "accepted"
+    pushed = view_units(row, vocab.tags_for(row), vocab, None)
+    record = {"sample_id": row["sample_id"], "ground_truth.label": row["class_name"],
+              "ground_truth.class_index": row["class_index"], "background.label": row["background"],
+              "background.confidence": row["background_score"], "background_source": row["background_source"],
+              "status": row["status"], "reject_reason": row["reject_reason"], "mask.mask_path": None,
+              "mask_status": row["mask_status"], "group": row["group"], "license": row["license"],
+              "attribution": row["attribution"]}
+    obs = _observe_one(world, {**record, "tags": ["accept", "reject:label_noise"]}, pushed, None, vocab)
+    assert not obs.problems and obs.edits["curation"].value == ("rejected", "label_noise")
+    obs = _observe_one(world, {**record, "tags": ["accept", "reject:label_noise", "reject:clarity"]}, pushed, None, vocab)
+    assert "curation" not in obs.edits and "contradicting curation tags, all added since the push" in str(obs.problems[0])
+    snap = _snapshot(world)
+    obs = _observe_one(world, {**record, "tags": ["accept", "reject:label_noise"]}, pushed, None, vocab)
+    report = apply_pull(world, snap, [obs], backend="test", target="t", actor="bob")
+    assert not report.problems and [c.unit for c in report.applied] == ["curation"]
+    assert (world.row(row["sample_id"])["status"], world.row(row["sample_id"])["reject_reason"]) == ("rejected", "label_noise")
+
+
+def test_labelstudio_observation_uses_the_same_rule(world, vocab) -> None:
+    from curate.review.labelstudio import observe_task, pushed_values
+
+    row = world.rows()[1]
+    view, _, _ = pushed_values(world, row, vocab)
+    assert view["curation"] == "accept"
+    entry = {"folder": folder_units(world, row), "view": view}
+
+    def task(*choices: str) -> dict:
+        result = [{"type": "choices", "from_name": "curation", "value": {"choices": list(choices)}}]
+        return {"id": 1, "data": {"sample_id": row["sample_id"]}, "annotations": [{"id": 7, "result": result}]}
+
+    obs = observe_task(world, task("accept", "reject:obscurity"), entry, vocab)
+    assert not obs.problems and obs.edits["curation"].value == ["rejected", "obscurity"]
+    assert obs.view["curation"] == "reject:obscurity"
+    obs = observe_task(world, task("reject:clarity", "reject:obscurity"), entry, vocab)
+    assert "curation" not in obs.edits and "added since the push" in str(obs.problems[0])
 
 
 def test_a_malformed_vocabulary_file_says_which_key(tmp_path) -> None:
@@ -233,7 +302,7 @@ def test_pull_refuses_values_outside_the_vocabulary_without_writing(world) -> No
 
 def test_importing_review_loads_neither_fiftyone_nor_the_sdk() -> None:
     code = ("import sys, curate.cli, curate.review, curate.review.fiftyone, curate.review.labelstudio, "
-            "curate.review.services, curate.review.browser, curate.review.sync; "
+            "curate.review.database, curate.review.provision, curate.review.browser, curate.review.sync; "
             "bad = [m for m in sys.modules if m.split('.')[0] in ('fiftyone', 'label_studio_sdk', 'pymongo')]; "
             "print(bad); sys.exit(1 if bad else 0)")
     result = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=120)
@@ -267,11 +336,11 @@ def test_labelstudio_token_comes_only_from_the_environment(world, monkeypatch) -
 
 
 def test_a_missing_browser_names_the_packages(monkeypatch) -> None:
-    from curate.review import services
+    from curate.review import provision
 
     monkeypatch.setenv("CURATE_CHROMIUM", "/nonexistent/chromium")
-    with pytest.raises(services.ServiceError, match="apt-get install -y --no-install-recommends chromium fonts-liberation"):
-        services.ensure_chromium(install=False)
+    with pytest.raises(provision.ServiceError, match="apt-get install -y --no-install-recommends chromium fonts-liberation"):
+        provision.ensure_chromium(install=False)
 
 
 def test_media_server_serves_only_media_and_masks(world) -> None:

@@ -17,13 +17,16 @@ import curate.saliency.base as saliency_base
 from curate.models import load_model
 from curate.saliency import (
     Explainer,
+    Predicted,
     SaliencyError,
     TargetIgnoredWarning,
-    TargetSpec,
+    TopK,
+    TrueClass,
     UnknownLayerError,
     default_layer,
     explain_with_backoff,
     mask_transform_for,
+    parse_target,
     saliency_maps,
 )
 from curate.saliency.layers import detect_layout, token_geometry
@@ -209,12 +212,53 @@ def test_columns_restrict_a_classifier_to_a_label_subset(cnn) -> None:
         Explainer(cnn, "gradcam", columns=columns).explain(x, "true", [7, 5])
 
 
-def test_target_spec_parsing() -> None:
-    assert TargetSpec.parse("topk:5") == TargetSpec("topk", 5)
-    assert str(TargetSpec.parse("predicted")) == "predicted"
+def test_targets_are_small_objects_parsed_once() -> None:
+    assert parse_target("topk:5") == TopK(5) and parse_target("true") == TrueClass()
+    assert parse_target(" Predicted ") == Predicted() and parse_target(TopK(2)) == TopK(2)
+    assert [str(t) for t in (TrueClass(), Predicted(), TopK(3))] == ["true", "predicted", "topk:3"]
+    assert [t.kind for t in (TrueClass(), Predicted(), TopK(3))] == ["true", "predicted", "topk"]
+    assert [t.k for t in (TrueClass(), Predicted(), TopK(3))] == [1, 1, 3]
+    assert TrueClass().needs_labels and not Predicted().needs_labels and not TopK(2).needs_labels
     for bad in ("topk:0", "top", "best", "topk:x"):
         with pytest.raises(SaliencyError, match="true"):
-            TargetSpec.parse(bad)
+            parse_target(bad)
+    with pytest.raises(SaliencyError, match="K >= 1"):
+        TopK(0)
+    logits = torch.tensor([[0.1, 3.0, 2.0], [5.0, 1.0, 4.0]])
+    assert TrueClass().select(logits, torch.tensor([2, 0])).tolist() == [[2], [0]]
+    assert Predicted().select(logits, None).tolist() == [[1], [0]]
+    assert TopK(2).select(logits, None).tolist() == [[1, 2], [0, 2]]
+    with pytest.raises(SaliencyError, match="labels"):
+        TrueClass().select(logits, None)
+
+
+def test_target_objects_and_strings_give_the_same_maps(cnn) -> None:
+    x = _images(cnn, 2)
+    explainer = Explainer(cnn, "gradcam")
+    torch.testing.assert_close(explainer.explain(x, TopK(2)).maps, explainer.explain(x, "topk:2").maps)
+
+
+def test_method_registry_is_torch_free_and_the_one_list() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys; from curate.saliency.registry import method_names, method_info; "
+            "assert method_info('Grad-CAM').name == 'gradcam'; print(len(method_names())); "
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["11", "False"]
+    from curate.saliency import METHODS, method_names
+    from curate.saliency.methods import method_info  # the path curate fidelity imports
+    from curate.saliency.registry import FAMILIES, LAYER_RULES
+
+    assert method_names() == tuple(METHODS) and method_info("gar").name == "grad-rollout"
+    for info in METHODS.values():
+        assert info.family in FAMILIES and info.default_layer_rule in LAYER_RULES and info.paper
+        assert info.uses_layer == (info.default_layer_rule == "cam")
+    from curate.cli.explain import explain_cmd
+
+    choices = next(p for p in explain_cmd.params if p.name == "method").type.choices
+    assert tuple(choices) == method_names()
 
 
 def test_clip_needs_a_text_classifier(vit) -> None:

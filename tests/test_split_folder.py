@@ -6,18 +6,29 @@ import json
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 from PIL import Image
 
 from curate.cli import main
 from curate.collect.synthetic import DEFAULT_CLASSES, WorldSpec, collect_synthetic
-from curate.split.apply import load_pins, set_pins, split_dataset
-from curate.split.discovery import SplitRule
+from curate.jsonio import dumps, write_json
+from curate.runs import RunError, create_run, load_run
+from curate.runs.evaluation import EvaluationRun
+from curate.runs.split import SplitRun
+from curate.split.pins import load_pins, set_pins
+from curate.stages.label_backgrounds import LabelBackgroundsSettings, label_backgrounds
+from curate.stages.split import SplitSettings, split
 from curate.store import Dataset, NewSample
 
-RULE = SplitRule(min_per_background=3, n_boot=100, n_perm=200)
+SETTINGS = SplitSettings(min_per_background=3, n_boot=100, n_perm=200, crossfit_repeats=4)
+
+
+def with_runs(*names: str, **changes) -> SplitSettings:
+    """:data:`SETTINGS` reading the given evaluation runs."""
+    from dataclasses import replace
+
+    return replace(SETTINGS, predictions=tuple(names), **changes)
 
 
 def fake_run(ds, name: str, correct_by_background: dict[str, float], seed: int = 0) -> str:
@@ -25,12 +36,15 @@ def fake_run(ds, name: str, correct_by_background: dict[str, float], seed: int =
     rng = np.random.default_rng(seed)
     rows = ds.rows()
     correct = [bool(rng.random() < correct_by_background.get(r["background"], 0.5)) for r in rows]
-    run = ds.root / "runs" / name
-    run.mkdir(parents=True)
-    (run / "config.json").write_text(json.dumps({"kind": "evaluate", "label_space": {"name": "imagenet1k"},
-                                                 "prompts": {"templates": ["A photo of {}."]},
-                                                 "model": {"name": "fake", "pretrained": None, "model_id": "fake:1"}}))
-    pq.write_table(pa.table({"sample_id": [r["sample_id"] for r in rows], "correct1": correct}), run / "predictions.parquet")
+    table = pa.table({
+        "sample_id": [r["sample_id"] for r in rows], "class_index": [r["class_index"] for r in rows],
+        "group": [r["group"] for r in rows], "background": [r["background"] for r in rows],
+        "topk_labels": [[r["class_index"] if ok else 0] for r, ok in zip(rows, correct)],
+        "topk_scores": [[1.0] for _ in rows], "correct1": correct, "correct5": correct,
+    })
+    EvaluationRun(model={"name": "fake", "pretrained": None, "model_id": "fake:1", "family": "clip"},
+                  label_space={"name": "imagenet1k"}, prompts={"name": "simple", "templates": ["A photo of {}."]},
+                  settings={}, dataset={}, metrics={}, predictions_table=table).write(ds.root / "runs" / name)
     return name
 
 
@@ -42,7 +56,7 @@ def world(tmp_path):
 
 def test_split_writes_groups_tables_figures_and_provenance(world) -> None:
     run = fake_run(world, "ref", {"snow": 1.0, "water": 1.0, "sky": 0.9})
-    result = split_dataset(world.root, predictions=[run], rule=RULE)
+    result = split(world.root, None, with_runs(run))
     kept = {s.class_index: s for s in result.kept}
     assert set(kept) == {296, 100, 23}
     assert kept[296].easy in ("snow", "water")
@@ -53,20 +67,70 @@ def test_split_writes_groups_tables_figures_and_provenance(world) -> None:
     assert sum(g == "easy" for g, _, _ in groups.values()) == sum(s.n_easy for s in kept.values())
     for name in ("split.md", "split.csv", "cells.csv", "split.json", "fig3_counts.png", "fig4_drops.png", "config.json"):
         assert (result.run_dir / name).exists(), name
-    assert "| class | easy bkg |" in (result.run_dir / "split.md").read_text()
+    md = (result.run_dir / "split.md").read_text()
+    assert "| class | easy bkg |" in md and "cross-fitted drop" in md and "p (permutation)" in md
+    assert result.noise_summary.text in md and "a curate addition: the paper states no minimum" in md
+    assert "--require-significant" in md and "Background labels used: 0 human, 120 synthetic, 0 model." in md
     prov = Dataset.open(world.root).provenance["split"]
-    assert prov["rule"]["min_drop"] == 5.0 and prov["references"][0]["run"] == "ref"
+    assert prov["rule"]["min_drop"] == 5.0 and prov["references"][0]["run"] == "ref" and prov["run"] == result.name
+    assert prov["label_sources"] == {"human": 0, "synthetic": 120, "model": 0, "other": 0}
+    assert prov["noise_summary"]["text"] == result.noise_summary.text
     changes = (world.root / "changes.jsonl").read_text().splitlines()
     assert any(json.loads(line).get("actor") == "split" and json.loads(line).get("field") == "group" for line in changes)
 
 
+def test_the_record_round_trips_and_reports_the_reference_drop(world) -> None:
+    result = split(world.root, None, with_runs(fake_run(world, "ref", {"snow": 1.0, "water": 0.6, "sky": 0.2})))
+    loaded = SplitRun.load(result.run_dir)
+    assert isinstance(load_run(result.run_dir), SplitRun)
+    assert loaded.rule == result.rule and loaded.references == result.references
+    assert loaded.label_sources == result.label_sources and loaded.changed == result.changed
+    assert [dumps(c.to_dict()) for c in loaded.classes] == [dumps(c.to_dict()) for c in result.classes]  # NaN-safe
+    assert loaded.references[0].is_paper_setting and loaded.is_reference(model_id="fake:1")
+    in_sample, corrected = loaded.reference_drop()
+    assert in_sample == pytest.approx(np.mean([c.drop for c in loaded.kept]))
+    assert corrected == pytest.approx(np.mean([c.crossfit_drop for c in loaded.kept]))
+    assert loaded.reference_drop_text().startswith("in-sample ") and "selection-corrected" in loaded.reference_drop_text()
+    assert "in-sample" in loaded.in_sample_note and "cross-fitting" in loaded.in_sample_note
+    with pytest.raises(RunError, match="not 'evaluate'"):
+        EvaluationRun.load(result.run_dir)
+    from curate.publish.card import (
+        split_classes,  # the card reads the split through the record
+    )
+
+    card_rows = split_classes(Dataset.open(world.root))
+    assert {c: (r["easy"], r["hard"], r["drop"]) for c, r in card_rows.items()} == {
+        c.class_index: (c.easy, c.hard, c.drop) for c in loaded.classes}
+
+
+def test_a_version_1_split_run_loads(world) -> None:
+    """The layout curate wrote before records (config.json without record_version)."""
+    provenance = {"rule": {"min_per_background": 2, "min_drop": 5.0, "require_significant": False, "n_boot": 100,
+                           "level": 0.95, "n_perm": 100, "alpha": 0.05, "seed": 0},
+                  "references": [{"run": "r", "model_id": "m", "name": "ViT-B-32", "pretrained": "x",
+                                  "label_space": "imagenet1k", "prompts": ["A photo of {}."]}],
+                  "prompt": "A photo of {}.", "kept_classes": 1, "dropped_classes": 0, "pins": {}}
+    run_dir = create_run(world.root, "old", {"kind": "split", **provenance})
+    classes = [{"class_index": 296, "kept": True, "reason": "kept", "easy": "snow", "hard": "sky", "easy_acc": 0.9,
+                "hard_acc": 0.5, "drop": 0.4, "drop_ci": [0.2, 0.6], "p_value": 0.01, "n_easy": 3, "n_hard": 3,
+                "pinned": False, "class_name": "ice bear",
+                "cells": [{"background": "snow", "n": 3, "accuracy": 0.9, "ci": [0.5, 1.0], "eligible": True}]}]
+    write_json(run_dir / "split.json", {"classes": classes, **provenance})
+    old = SplitRun.load(run_dir)
+    assert old.rule.crossfit_folds == 0 and old.label_sources is None and old.changed is None
+    row = old.kept[0]
+    assert (row.easy, row.hard, row.drop, row.drop_ci, row.cells[0].background) == ("snow", "sky", 0.4, (0.2, 0.6), "snow")
+    assert np.isnan(row.crossfit_drop) and np.isnan(old.reference_drop().corrected)
+    assert old.noise_summary.text == "0 of 1 kept classes are not distinguishable from noise (permutation p >= 0.05)"
+
+
 def test_rerun_updates_groups_and_pins_survive(world) -> None:
     first = fake_run(world, "ref1", {"snow": 1.0, "water": 1.0, "sky": 0.9})
-    split_dataset(world.root, predictions=[first], rule=RULE)
+    split(world.root, None, with_runs(first))
     ds = Dataset.open(world.root)
     set_pins(ds, {296: ("sky", "water")})
     second = fake_run(ds, "ref2", {"snow": 0.5, "water": 0.5, "sky": 0.5}, seed=1)  # the shortcut is gone
-    result = split_dataset(world.root, predictions=[second], rule=SplitRule(min_per_background=3, min_drop=60, n_boot=50, n_perm=50))
+    result = split(world.root, None, with_runs(second, min_drop=60, n_boot=50, n_perm=50))
     kept = {s.class_index: s for s in result.kept}
     assert set(kept) == {296} and kept[296].pinned and (kept[296].easy, kept[296].hard) == ("sky", "water")
     rows = Dataset.open(world.root).rows()
@@ -78,16 +142,73 @@ def test_rerun_updates_groups_and_pins_survive(world) -> None:
 
 def test_split_errors(world, tmp_path) -> None:
     with pytest.raises(ValueError, match="--reference"):
-        split_dataset(world.root, rule=RULE)
+        split(world.root, None, SETTINGS)
     with pytest.raises(FileNotFoundError, match="not a finished evaluation run"):
-        split_dataset(world.root, predictions=["nope"], rule=RULE)
+        split(world.root, None, with_runs("nope"))
+    (world.root / "runs" / "half").mkdir(parents=True)
+    with pytest.raises(RunError, match="--predictions half: not a finished evaluation run"):
+        split(world.root, None, with_runs("half"))
     empty = Dataset.create(tmp_path / "empty")
     with pytest.raises(ValueError, match="no accepted samples with a background"):
-        split_dataset(empty.root, predictions=["x"], rule=RULE)
+        split(empty.root, None, with_runs("x"))
+
+
+def test_an_existing_run_name_is_refused_unless_overwrite(world) -> None:
+    settings = with_runs(fake_run(world, "ref", {"snow": 1.0, "water": 1.0, "sky": 0.5}))
+    first = split(world.root, None, settings, run_name="mine")
+    with pytest.raises(FileExistsError, match="--overwrite"):
+        split(world.root, None, settings, run_name="mine")
+    assert SplitRun.load(first.run_dir).classes  # untouched
+    again = split(world.root, None, settings, run_name="mine", overwrite=True)
+    assert again.run_dir == first.run_dir
+    with pytest.raises(FileNotFoundError):  # a failed split leaves no empty folder behind to block the name
+        split(world.root, None, with_runs("nope"), run_name="fresh")
+    assert not (world.root / "runs" / "fresh").exists()
+
+
+def test_model_backgrounds_are_refused_unless_allowed(world) -> None:
+    ds = Dataset.open(world.root)
+    victims = [r["sample_id"] for r in ds.rows()[:7]]
+    ds.update(victims, {"background_source": "model"}, actor="test")
+    settings = with_runs(fake_run(ds, "ref", {"snow": 1.0, "water": 1.0, "sky": 0.5}))
+    with pytest.raises(ValueError, match=r"7 of the 120 background labels .* --allow-model-backgrounds"):
+        split(world.root, None, settings)
+    assert not [p for p in (world.root / "runs").iterdir() if p.name.startswith("split-")]
+    result = split(world.root, None, with_runs("ref", allow_model_backgrounds=True))
+    assert (result.label_sources.synthetic, result.label_sources.model) == (113, 7)
+    assert "113 synthetic, 7 model" in (result.run_dir / "split.md").read_text()
+
+
+def test_a_reference_model_is_evaluated_through_the_evaluate_stage(world) -> None:
+    from curate.models import ModelSpec
+
+    result = split(world.root, ModelSpec("curate-tiny-vit"), SplitSettings(min_per_background=3, n_boot=50, n_perm=50,
+                                                                          crossfit_repeats=2, device="cpu"))
+    (reference,) = result.references
+    evaluation = EvaluationRun.load(world.root / "runs" / reference.run)
+    assert reference.run.startswith("split-ref-curate-tiny-vit") and evaluation.is_paper_setting
+    assert reference.model_id == evaluation.model_id and reference.is_paper_setting
+    assert len(result.classes) == 3 and SplitRun.load(result.run_dir).references == result.references
+
+
+def test_split_cli(world) -> None:
+    fake_run(world, "ref", {"snow": 1.0, "water": 1.0, "sky": 0.5})
+    runner = CliRunner(env={"COLUMNS": "200"})
+    args = ["split", str(world.root), "--predictions", "ref", "--min-per-background", "3", "--n-perm", "200",
+            "--n-boot", "100", "--run-name", "cli"]
+    result = runner.invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert "kept classes are not distinguishable from noise" in result.output
+    assert "cross-fitted" in result.output and "a curate addition" in result.output
+    assert "background labels used: 0 human, 120 synthetic, 0 model" in result.output
+    assert "reference drop over the kept classes: in-sample" in result.output
+    again = runner.invoke(main, args)
+    assert again.exit_code != 0 and "--overwrite" in again.output
+    assert runner.invoke(main, [*args, "--overwrite"]).exit_code == 0
 
 
 def test_export_layout_and_licences(world, tmp_path) -> None:
-    split_dataset(world.root, predictions=[fake_run(world, "ref", {"snow": 1.0, "water": 0.9, "sky": 0.1})], rule=RULE)
+    split(world.root, None, with_runs(fake_run(world, "ref", {"snow": 1.0, "water": 0.9, "sky": 0.1})))
     ds = Dataset.open(world.root)
     victim = ds.rows(group="easy")[0]
     ds.update([victim["sample_id"]], {"license": "cc-by-nd"}, actor="test")
@@ -114,6 +235,8 @@ def test_label_backgrounds_never_overwrites_people_and_measures(tmp_path) -> Non
                        status="accepted", background=bg, background_source=src)
              for bg, src in [("snow", "human"), ("grass", "human"), (None, None), (None, None), ("water", "model")]]
     ds.add_samples(items)
+    with pytest.raises(ValueError, match="takes no run name"):
+        label_backgrounds(ds, "curate-tiny-vit", LabelBackgroundsSettings(), run_name="x")
     runner = CliRunner(env={"COLUMNS": "200"})
     result = runner.invoke(main, ["label-backgrounds", str(ds.root), "--model", "curate-tiny-vit", "--threshold", "0.9"])
     assert result.exit_code == 0, result.output

@@ -4,7 +4,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from curate.split.discovery import SplitRule, discover, group_assignments, permutation_p_value
+from curate.split.discovery import (
+    SplitRule,
+    discover,
+    group_assignments,
+    noise_summary,
+    permutation_p_value,
+)
 
 RULE = SplitRule(min_per_background=2, min_drop=5.0, n_boot=200, n_perm=500)
 
@@ -107,4 +113,38 @@ def test_deterministic_for_a_seed() -> None:
     c, b, y = table((1, "snow", [1, 1, 0, 1]), (1, "grass", [0, 1, 0, 0]))
     a = discover(c, b, y, RULE)[0]
     again = discover(c, b, y, RULE)[0]
-    assert (a.drop_ci, a.p_value) == (again.drop_ci, again.p_value)
+    assert (a.drop_ci, a.p_value, a.crossfit_drop) == (again.drop_ci, again.p_value, again.crossfit_drop)
+
+
+def test_cross_fitted_drop_by_hand() -> None:
+    # snow always right, grass always wrong: whichever half chooses, the other half measures 1 - 0
+    c, b, y = table((1, "snow", [1, 1, 1, 1]), (1, "grass", [0, 0, 0, 0]))
+    s = by_class(discover(c, b, y, RULE))[1]
+    assert s.drop == 1.0 and s.crossfit_drop == 1.0 and s.crossfit_note == ""
+    # a noisy third background: a half where sky looks perfect picks it as easy, and the other half
+    # (0 of 2 right) undoes it: the cross-fitted drop falls below the in-sample drop
+    c, b, y = table((1, "snow", [1, 1, 1, 1]), (1, "grass", [0, 0, 0, 0]), (1, "sky", [1, 1, 0, 0]))
+    noisy = by_class(discover(c, b, y, RULE))[1]
+    assert noisy.drop == 1.0 and 0 < noisy.crossfit_drop < 1.0
+    # a pinned pair is not chosen from the data: nothing to correct
+    pinned = by_class(discover(c, b, y, RULE, pins={1: ("sky", "grass")}))[1]
+    assert pinned.crossfit_drop == pinned.drop == 0.5 and pinned.crossfit_note.startswith("pinned")
+
+
+def test_noise_summary_counts_kept_classes_only() -> None:
+    strong = [(k, "snow", [1] * 20) for k in (1, 2)] + [(k, "grass", [0] * 20) for k in (1, 2)]
+    weak = [(3, "snow", [1, 1, 1]), (3, "grass", [1, 1, 0])]
+    flat = [(4, "snow", [1, 0]), (4, "grass", [1, 0])]  # dropped: not counted
+    splits = discover(*table(*strong, *weak, *flat), RULE)
+    summary = noise_summary(splits, 0.05)
+    assert (summary.k, summary.n, summary.untested) == (1, 3, 0)
+    assert summary.text == "1 of 3 kept classes are not distinguishable from noise (permutation p >= 0.05)"
+    assert noise_summary([], 0.05).text == "no class kept"
+
+
+def test_rule_settings_are_checked() -> None:
+    for bad in ({"min_per_background": 0}, {"crossfit_folds": 1}, {"alpha": 1.0}, {"seed": -1},
+                {"crossfit_repeats": 0}):
+        with pytest.raises(ValueError):
+            SplitRule(**bad)
+    assert SplitRule(crossfit_folds=0).crossfit_scheme.startswith("no cross-fitted drop")

@@ -11,9 +11,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-import curate.metrics as metrics
+from curate import metrics
+from curate.metrics.info import MetricInfo
 from curate.metrics.spuriousity import (
     NAN_REASONS,
+    RMA_INFO,
+    SSS_INFO,
     aggregate_scores,
     balanced_mean,
     mean_stat,
@@ -46,6 +49,19 @@ def map_and_mask(draw, nonempty: bool = True):
 # ----------------------------------------------------------------------------- definitions
 def test_lazy_names_resolve() -> None:
     assert metrics.sss is sss and metrics.rma is rma
+
+
+def test_metric_infos_declare_direction_and_nan_reasons() -> None:
+    assert isinstance(SSS_INFO, MetricInfo) and isinstance(RMA_INFO, MetricInfo)
+    assert (SSS_INFO.name, SSS_INFO.higher_is_better) == ("SSS", False)
+    assert (RMA_INFO.name, RMA_INFO.higher_is_better) == ("RMA", True)
+    assert SSS_INFO.nan_reasons == RMA_INFO.nan_reasons == NAN_REASONS
+    assert "papers/004" in SSS_INFO.paper and "papers/000" in RMA_INFO.paper
+    # the direction is what the scores do: more mass on the object = lower SSS, higher RMA
+    mask = np.zeros((4, 4), bool)
+    mask[:2] = True
+    on, off = np.where(mask, 1.0, 0.1), np.where(mask, 0.1, 1.0)
+    assert sss(on, mask) < sss(off, mask) and rma(on, mask) > rma(off, mask)
 
 
 def test_worked_example_matches_the_formulas() -> None:

@@ -46,16 +46,33 @@ class CurateGroup(click.Group):
 @click.version_option(__version__, prog_name="curate")
 @click.option("--debug", is_flag=True, help="Show full tracebacks.")
 @click.option("-v", "--verbose", count=True, help="More logging (-v info, -vv debug).")
+@click.option("-q", "--quiet", is_flag=True, help="Only results and errors: no progress bars, no warnings.")
 @click.pass_context
-def main(ctx: click.Context, debug: bool, verbose: int) -> None:
+def main(ctx: click.Context, debug: bool, verbose: int, quiet: bool) -> None:
     """Build and score CounterAnimal-style spurious-feature benchmarks."""
-    global console, err_console
+    global console, err_console, _quiet
     # made per invocation so COLUMNS and the terminal are read now (tests set them per run)
-    console, err_console = Console(soft_wrap=True), Console(stderr=True, soft_wrap=True)
+    console, err_console = _console(), _console(stderr=True)
+    _quiet = quiet
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug
-    level = logging.WARNING - 10 * min(verbose, 2)
-    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    level = logging.ERROR if quiet else logging.WARNING - 10 * min(verbose, 2)
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", force=True)
+
+
+#: Width of tables written to a pipe or a file (rich would cut them at 80 columns).
+PIPE_WIDTH = 240
+_quiet = False
+
+
+def _console(stderr: bool = False) -> Console:
+    """A console that wraps softly; on a pipe or file, wide enough that tables are not truncated
+    (``COLUMNS`` still wins when set)."""
+    import os
+
+    probe = Console(stderr=stderr)
+    width = None if probe.is_terminal or os.environ.get("COLUMNS") else PIPE_WIDTH
+    return Console(stderr=stderr, soft_wrap=True, width=width)
 
 
 def out() -> Console:
@@ -69,11 +86,25 @@ def err() -> Console:
 
 
 def progress():
-    """A rich progress bar on stderr (counts, elapsed time) for long work."""
+    """A rich progress bar on stderr (counts, elapsed time) for long work; hidden with ``--quiet``."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    console=err_console, transient=False)
+                    console=err_console, transient=False, disable=_quiet)
+
+
+class StageProgress:
+    """Adapts a rich :func:`progress` bar to :class:`curate.progress.Progress`: one bar per phase."""
+
+    def __init__(self, bar) -> None:
+        self.bar = bar
+        self.tasks: dict[str, Any] = {}
+
+    def __call__(self, done: int, total: int | None, message: str = "") -> None:
+        key = message or "working"
+        if key not in self.tasks:
+            self.tasks[key] = self.bar.add_task(key, total=total)
+        self.bar.update(self.tasks[key], completed=done, total=total)
 
 
 def _load_commands() -> None:

@@ -115,7 +115,8 @@ def _timeout(seconds: float) -> tuple[float, float]:
 @click.option("--quality-grade", type=click.Choice(["research", "needs_id", "casual", "any"]), default="research",
               show_default=True)
 @click.option("--licenses", default="cc0,cc-by,cc-by-nc", show_default=True,
-              help="Accepted photo licences (add cc-by-sa, cc-by-nc-sa; ND and all-rights-reserved need the next flag).")
+              help="Accepted photo licences, among iNaturalist's cc0, cc-by, cc-by-nc, cc-by-sa, cc-by-nc-sa (ND and "
+                   "all-rights-reserved need the next flag; iNaturalist has no pd or us-gov).")
 @click.option("--allow-restricted-licenses", is_flag=True,
               help="Allow cc-by-nd, cc-by-nc-nd and all-rights-reserved photos (only if you have the rights).")
 @click.option("--photos-per-observation", type=int, default=1, show_default=True)

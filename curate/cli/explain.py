@@ -1,33 +1,38 @@
-"""The ``explain`` verb: saliency maps, SSS and RMA for a dataset folder (curate.saliency)."""
+"""The ``explain`` verb: saliency maps, SSS and RMA for a dataset folder (:mod:`curate.stages.explain`)."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 from rich.table import Table
 
 from curate.cli import err, main, out, progress
+from curate.saliency.registry import method_names
 
-METHOD_NAMES = ("gradcam", "gradcam++", "xgradcam", "layercam", "eigencam", "eigengradcam", "scorecam",
-                "ablationcam", "fullgrad", "rollout", "grad-rollout")
+if TYPE_CHECKING:  # pragma: no cover
+    from curate.runs.explain import ExplainRun, GroupScores
 
 
-def _fmt(value: Any, digits: int = 4) -> str:
-    if value is None or (isinstance(value, float) and value != value):
-        return "-"
-    return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+def _target(ctx: click.Context, param: click.Parameter, value: str):
+    """``--target`` parsed once, here, into a target object."""
+    from curate.saliency.base import SaliencyError
+    from curate.saliency.targets import parse_target
+
+    try:
+        return parse_target(value)
+    except SaliencyError as error:
+        raise click.BadParameter(str(error), ctx=ctx, param=param) from None
 
 
 @main.command("explain")
 @click.argument("directory", type=click.Path(path_type=Path, exists=True, file_okay=False))
 @click.option("--model", "model_name", default="auto", show_default=True,
               help="Model name (open_clip arch, zoo name, timm:<name>) or 'auto' for a curate weights file.")
-@click.option("--pretrained", default=None, help="Pretrained tag or local weights file.")
-@click.option("--method", type=click.Choice(METHOD_NAMES, case_sensitive=False), default="gradcam",
+@click.option("--pretrained", default=None, help="Pretrained tag or local weights file ('none' = random weights).")
+@click.option("--method", type=click.Choice(method_names(), case_sensitive=False), default="gradcam",
               show_default=True, help="Saliency method (papers/004 Tables 1-4, 8-9).")
-@click.option("--target", default="true", show_default=True, help="true | predicted | topk:K")
+@click.option("--target", default="true", show_default=True, callback=_target, help="true | predicted | topk:K")
 @click.option("--layer", default=None, help="Layer the CAM reads (default: the method's documented default).")
 @click.option("--threshold", type=float, default=None, help="Threshold tau on the [0, 1] maps (papers/004 App. C).")
 @click.option("--threshold-mode", type=click.Choice(["soft", "hard"]), default="soft", show_default=True)
@@ -35,7 +40,8 @@ def _fmt(value: Any, digits: int = 4) -> str:
               help="Candidate classes of predicted/top-k targets: the whole label space or the classes present.")
 @click.option("--prompts", default=None,
               help="simple | openai | template file (default: the weights' caption template, else simple).")
-@click.option("--save-maps", is_flag=True, help="Write maps/<sample_id>.npz (maps, aligned mask, targets).")
+@click.option("--save-maps", is_flag=True,
+              help="Write maps/<sample_id>.npz (float32 maps the scores come from, aligned mask, targets).")
 @click.option("--run-name", default=None, help="Run folder name under DIR/runs/ (default: explain-<method>-<model>-<time>).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing run of the same name.")
 @click.option("--device", default="auto", show_default=True, help="cpu | cuda | cuda:1 | auto")
@@ -43,77 +49,79 @@ def _fmt(value: Any, digits: int = 4) -> str:
 @click.option("--batch-size", type=int, default=32, show_default=True, help="Images per batch (halved on out-of-memory).")
 @click.option("--workers", type=int, default=0, show_default=True, help="DataLoader workers decoding images and masks.")
 @click.option("--limit", type=int, default=None, help="Explain only the first N samples with a mask.")
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON instead of tables.")
-def explain_cmd(directory: Path, model_name: str, pretrained: str | None, method: str, target: str, layer: str | None,
+@click.option("--json", "as_json", is_flag=True, help="Print the run's config and summary as JSON instead of tables.")
+def explain_cmd(directory: Path, model_name: str, pretrained: str | None, method: str, target, layer: str | None,
                 threshold: float | None, threshold_mode: str, label_space: str, prompts: str | None, save_maps: bool,
                 run_name: str | None, overwrite: bool, device: str, precision: str, batch_size: int, workers: int,
                 limit: int | None, as_json: bool) -> None:
     """Saliency maps, SSS and RMA (per prediction, image, class; by group and correct/wrong) for DIR."""
-    from curate.models import load_model
-    from curate.saliency import explain_dataset
+    from curate.jsonio import dumps
+    from curate.models.spec import ModelSpec, parse_pretrained
+    from curate.stages.explain import ExplainSettings, explain
 
-    name = None if model_name in ("", "auto") else model_name
-    if name is None and not pretrained:
+    name = "auto" if model_name in ("", "auto") else model_name
+    weights = parse_pretrained(pretrained)
+    if name == "auto" and weights is None:
         raise click.UsageError("give --model NAME (and --pretrained), or --pretrained FILE of a curate weights file")
-    weights: Any = pretrained
-    if pretrained and name is None:
-        weights = Path(pretrained)
-    model = load_model(name, weights, device=device, precision=precision)
-    err().print(f"• {model.model_id} on {model.device}, method {method}, target {target}")
+    settings = ExplainSettings(
+        method=method, target=target, layer=layer, threshold=threshold, threshold_mode=threshold_mode,
+        label_space=label_space, prompts=prompts, limit=limit, batch_size=batch_size, device=device,
+        precision=precision, workers=workers, save_maps=save_maps,
+    )
+    spec = ModelSpec(name, weights)
+    err().print(f"• {spec.label}, method {settings.method}, target {settings.target}")
     with progress() as bar:
         task = bar.add_task("explain", total=None)
 
-        def on_progress(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total)
+        def on_progress(done: int, total: int | None, message: str = "") -> None:
+            bar.update(task, completed=done, total=total, description=message or "explain")
 
-        result = explain_dataset(
-            directory, model, method=method, target=target, layer=layer, threshold=threshold,
-            threshold_mode=threshold_mode, label_space=label_space, prompts=prompts, batch_size=batch_size,
-            num_workers=workers, save_maps=save_maps, run_name=run_name, overwrite=overwrite, limit=limit,
-            progress=on_progress,
-        )
-    summary = result.summary
+        run = explain(directory, spec, settings, run_name=run_name, overwrite=overwrite, progress=on_progress)
     if as_json:
-        out().print_json(json.dumps(_jsonable(summary)))
+        out().print_json(dumps(run.to_json()))
         return
-    config = summary["config"]
-    table = Table(title=f"SSS (lower = less spurious) and RMA (higher = more on the object): {config['method']}"
-                        f" @ {config['layer'] or 'all layers'}, target {config['target']}"
-                        + (f", threshold {config['threshold']} ({config['threshold_mode']})" if config["threshold"]
-                           is not None else ""), title_justify="left")
+    render(run)
+
+
+def _reasons(reasons: dict[str, int]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted(reasons.items(), key=lambda kv: -kv[1]))
+
+
+def render(run: ExplainRun) -> None:
+    """The run's SSS / RMA table (all images, each split part, correct / wrong) and its notes."""
+    from curate.formatting import num
+    from curate.metrics.spuriousity import RMA_INFO, SSS_INFO
+
+    def direction(info) -> str:
+        return "higher" if info.higher_is_better else "lower"
+
+    threshold = f", threshold {run.threshold} ({run.threshold_mode})" if run.threshold is not None else ""
+    table = Table(title=f"SSS ({direction(SSS_INFO)} = less spurious) and RMA ({direction(RMA_INFO)} = more on the "
+                        f"object): {run.method} @ {run.layer or 'all layers'}, target {run.target}{threshold}",
+                  title_justify="left")
     for column, justify in (("images", "left"), ("n", "right"), ("SSS", "right"), ("SSS balanced", "right"),
-                            ("RMA", "right"), ("SSS uniform map", "right"), ("NaN", "right")):
+                            ("RMA", "right"), ("SSS uniform map", "right"), ("NaN images", "right"),
+                            ("NaN maps (why)", "left")):
         table.add_column(column, justify=justify)  # type: ignore[arg-type]
-    overall = summary["overall"]
-    table.add_row("all", str(overall["sss"]["per_image"]["n"]), _fmt(overall["sss"]["per_image"]["mean"]),
-                  _fmt(overall["sss"]["per_image"]["balanced"]), _fmt(overall["rma"]["per_image"]["mean"]),
-                  _fmt(overall.get("sss_uniform")), str(overall["sss"]["per_image"]["n_nan"]))
-    for part, entry in summary["by_group"].items():
-        table.add_row(part, str(entry["sss"]["n"]), _fmt(entry["sss"]["mean"]), _fmt(entry["sss"]["balanced"]),
-                      _fmt(entry["rma"]["mean"]), _fmt(entry.get("sss_uniform")), str(entry["sss"]["n_nan"]))
-    for part, entry in summary["by_correct"].items():
-        table.add_row(f"{part} prediction", str(entry["sss"]["n"]), _fmt(entry["sss"]["mean"]),
-                      _fmt(entry["sss"]["balanced"]), _fmt(entry["rma"]["mean"]), "", str(entry["sss"]["n_nan"]))
+
+    def row(label: str, g: GroupScores, uniform: bool = True, reasons: bool = True) -> None:
+        why = (f"{g.nan_maps}: {_reasons(g.nan_reasons)}" if g.nan_maps else "0") if reasons else ""
+        table.add_row(label, str(g.n), num(g.sss.mean, 4), num(g.sss.balanced, 4), num(g.rma.mean, 4),
+                      num(g.sss_uniform, 4) if uniform else "", str(g.n_nan), why)
+
+    row("all", run.overall)
+    for part, g in run.groups.items():
+        row(part, g)
+    for part, g in run.by_correct.items():
+        row(f"{part} prediction", g, uniform=False, reasons=False)
     out().print(table)
-    pred = overall["sss"]["per_prediction"]
-    out().print(f"per prediction: SSS {_fmt(pred['mean'])} over {pred['n']} maps; accuracy "
-                f"{_fmt(summary['accuracy'], 3)}; {summary['timing']['images_per_second']} images/s")
-    if summary["nan"]["count"]:
-        reasons = ", ".join(f"{k} {v}" for k, v in summary["nan"]["reasons"].items())
-        out().print(f"NaN scores: {summary['nan']['count']} ({reasons})")
-    if summary["skipped"]["count"]:
-        reasons = ", ".join(f"{k} {v}" for k, v in summary["skipped"]["reasons"].items())
-        out().print(f"skipped samples: {summary['skipped']['count']} ({reasons})")
-    if result.run_dir is not None:
-        out().print(f"wrote {result.run_dir}/ (predictions.parquet, images.parquet, classes.parquet, summary.json"
-                    + (", maps/" if save_maps else "") + ")")
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
-        return None
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    return value
+    pred = run.per_prediction["sss"]
+    out().print(f"per prediction: SSS {num(pred.mean, 4)} over {pred.n} maps; accuracy {num(run.accuracy, 3)}; "
+                f"{num(run.images_per_second, 2)} images/s")
+    if run.nan_count:
+        out().print(f"NaN scores: {run.nan_count} maps ({_reasons(run.nan_reasons)})")
+    if run.skipped_count:
+        out().print(f"skipped samples: {run.skipped_count} ({_reasons(run.skipped_reasons)})")
+    if run.run_dir is not None:
+        files = [run.PREDICTIONS, run.IMAGES, run.CLASSES, run.SUMMARY] + ([run.MAPS + "/"] if run.maps_saved else [])
+        out().print(f"wrote {run.run_dir}/ ({', '.join(files)})")

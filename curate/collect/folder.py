@@ -40,7 +40,7 @@ from curate.collect.engine import (
     StreamItem,
 )
 from curate.collect.journal import Journal
-from curate.collect.licenses import normalize_license
+from curate.licenses import normalize_license
 from curate.labels import AmbiguousClassError, LabelSpace, UnknownClassError, imagenet1k
 from curate.store import DEFAULT_BACKGROUNDS, Dataset, DatasetError
 

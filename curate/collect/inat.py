@@ -31,9 +31,10 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import yaml
@@ -57,8 +58,8 @@ from curate.collect.http import (
     host_of,
 )
 from curate.collect.journal import Journal
-from curate.collect.licenses import license_policy, normalize_license
 from curate.labels import LabelSpace, imagenet1k
+from curate.licenses import license_policy, normalize_license
 from curate.paths import data_dir
 from curate.store import Dataset, DatasetError
 
@@ -69,6 +70,10 @@ DEFAULT_API_URL = "https://api.inaturalist.org/v1"
 INAT_PHOTO_HOSTS: tuple[str, ...] = ("inaturalist-open-data.s3.amazonaws.com", "static.inaturalist.org")
 PHOTO_SIZES: tuple[str, ...] = ("square", "small", "medium", "large", "original")
 QUALITY_GRADES: tuple[str, ...] = ("research", "needs_id", "casual", "any")
+#: The values of the v1 API's ``photo_license`` filter (its OpenAPI enum), the only licences an
+#: iNaturalist photo has besides none (all rights reserved, which the collector asks for by sending
+#: no filter). curate's ``pd`` and ``us-gov`` have no iNaturalist equivalent, so they are refused.
+INAT_PHOTO_LICENSES: tuple[str, ...] = ("cc-by", "cc-by-nc", "cc-by-nd", "cc-by-sa", "cc-by-nc-nd", "cc-by-nc-sa", "cc0")
 MAX_PER_PAGE = 200
 _SCIENTIFIC = re.compile(r"^[A-Z][a-z]+( [A-Za-z][a-z\-]+){1,2}$")
 _SIZE_IN_PATH = re.compile(r"(?P<size>square|thumb|small|medium|large|original)(?P<ext>\.[A-Za-z]{3,4})?$")
@@ -115,7 +120,7 @@ class ResolvedTaxon:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "ResolvedTaxon":
+    def from_dict(cls, data: Mapping[str, Any]) -> ResolvedTaxon:
         return cls(ids=[int(i) for i in data["ids"]], names=list(data["names"]), ranks=list(data["ranks"]),
                    common_names=list(data.get("common_names") or [None] * len(data["ids"])),
                    queries=list(data.get("queries") or []), via=str(data.get("via", "lemma")))
@@ -354,6 +359,10 @@ class INatSettings:
             raise ValueError(f"quality grade {self.quality_grade!r} is not one of {', '.join(QUALITY_GRADES)}")
         if self.photo_size not in PHOTO_SIZES:
             raise ValueError(f"photo size {self.photo_size!r} is not one of {', '.join(PHOTO_SIZES)}")
+        unknown = [c for c in self.licenses if c not in INAT_PHOTO_LICENSES and c != "all-rights-reserved"]
+        if unknown:
+            raise ValueError(f"iNaturalist has no licence {', '.join(unknown)}; its photo licences: "
+                             f"{', '.join(INAT_PHOTO_LICENSES)} (or none: all-rights-reserved)")
         if self.photos_per_observation < 1:
             raise ValueError("photos_per_observation must be >= 1")
         if not 1 <= self.per_page <= MAX_PER_PAGE:
@@ -626,7 +635,9 @@ def collect_inat(
     """
     settings = INatSettings(
         per_class=per_class, quality_grade=quality_grade,
-        licenses=license_policy(licenses, allow_restricted=allow_restricted_licenses),
+        licenses=license_policy(licenses, allow_restricted=allow_restricted_licenses,
+                                source_codes=INAT_PHOTO_LICENSES + ("all-rights-reserved",),
+                                source="iNaturalist"),
         photos_per_observation=photos_per_observation, photo_size=photo_size, per_page=per_page, api_url=api_url,
         params=tuple(sorted((str(k), str(v)) for k, v in (params or {}).items())), order=order,
     )

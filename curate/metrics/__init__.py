@@ -9,8 +9,7 @@ Names resolve lazily to their modules, so importing ``curate.metrics`` stays lig
 """
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from curate.lazy import lazy_exports
 
 _LAZY = {
     "topk_correct": "curate.metrics.accuracy",
@@ -29,12 +28,4 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'curate.metrics' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
-
-
-def __dir__() -> list[str]:
-    return sorted(list(globals()) + list(_LAZY))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -1,6 +1,6 @@
 """Spuriousity of saliency maps against object masks: SSS (papers/004) and RMA (papers/000).
 
-Definitions (DESIGN.md "Definitions"; the papers are the authority):
+Definitions (docs/design.md "Definitions"; the papers are the authority):
 
 - **RMA**, Relevance Mass Accuracy (papers/000, eq. 1; Arras et al. 2022)::
 
@@ -51,10 +51,12 @@ import math
 from collections import Counter
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Union
+from typing import Any
 
 import numpy as np
 import torch
+
+from curate.metrics.info import MetricInfo
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +65,25 @@ NAN_REASONS: tuple[str, ...] = ("nonfinite_map", "negative_map", "empty_mask", "
 #: Threshold modes of papers/004 App. C.
 THRESHOLD_MODES: tuple[str, ...] = ("soft", "hard")
 
-ArrayLike = Union[np.ndarray, torch.Tensor]
+#: The Semantic Spuriousity Score: lower = less saliency mass off the object.
+SSS_INFO = MetricInfo(
+    name="SSS",
+    formula="SSS = 1 - (SSS' + 1) / 2, SSS' = (sum_R H - sum_{not R} H) / sum H (H thresholded; = 1 - RMA without a "
+            "threshold)",
+    higher_is_better=False,
+    paper="papers/004 §3.1 eq. 1-2 (thresholding App. C)",
+    nan_reasons=NAN_REASONS,
+)
+#: Relevance Mass Accuracy: higher = more saliency mass on the object.
+RMA_INFO = MetricInfo(
+    name="RMA",
+    formula="RMA = sum(H * M) / sum(H)",
+    higher_is_better=True,
+    paper="papers/000 eq. 1 (Arras et al. 2022)",
+    nan_reasons=NAN_REASONS,
+)
+
+ArrayLike = np.ndarray | torch.Tensor
 _warned_instance_ids = False
 
 
@@ -94,9 +114,8 @@ def _prepare(saliency: ArrayLike, mask: ArrayLike) -> tuple[torch.Tensor, torch.
     if m.ndim not in (2, 3):
         raise ValueError(f"mask must be (H, W) or (N, H, W), got shape {tuple(m.shape)}")
     single = h.ndim == 2
-    if single and m.ndim == 3:
-        if m.shape[0] != 1:
-            raise ValueError(f"one saliency map {tuple(h.shape)} but {m.shape[0]} masks {tuple(m.shape)}")
+    if single and m.ndim == 3 and m.shape[0] != 1:
+        raise ValueError(f"one saliency map {tuple(h.shape)} but {m.shape[0]} masks {tuple(m.shape)}")
     h3 = h.unsqueeze(0) if h.ndim == 2 else h
     m3 = m.unsqueeze(0) if m.ndim == 2 else m
     if tuple(h3.shape[-2:]) != tuple(m3.shape[-2:]):

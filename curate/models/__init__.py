@@ -25,11 +25,17 @@ from curate.models.base import (
 )
 from curate.models.loader import load_model, parse_model_name
 from curate.models.registry import ModelRequest, backends, register_backend
+from curate.models.spec import FAMILIES, ModelSpec, family_of_kind, parse_pretrained, specs_from_cli
 from curate.models.tiny import TINY_CONFIGS, register_tiny_configs
 from curate.models.zoo import ZooEntry, load_zoo, paper_name, resolve_zoo_name, zoo_names
 
 __all__ = [
+    "FAMILIES",
     "PRECISIONS",
+    "ModelSpec",
+    "family_of_kind",
+    "parse_pretrained",
+    "specs_from_cli",
     "LoadedModel",
     "ModelError",
     "ModelNotFoundError",

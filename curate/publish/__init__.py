@@ -3,7 +3,7 @@
 - :mod:`curate.publish.hub`: the Hub-native folder (parquet shards with embedded images and
   masks, ``ClassLabel`` columns, one split per group) — :func:`write_hub_folder`;
 - :mod:`curate.publish.card`: the dataset card (``README.md`` via huggingface_hub's ``DatasetCard``);
-- :mod:`curate.publish.licensing`: which images may be published, and the card's licence;
+- :mod:`curate.licenses`: which images may be published, and the card's licence;
 - :mod:`curate.publish.upload`: ``HfApi`` upload in bounded, resumable batches —
   :func:`publish_to_hub`, :func:`upload_hub_folder`;
 - :mod:`curate.publish.fiftyone_hub`: ``--format fiftyone`` — :func:`publish_fiftyone`.
@@ -31,7 +31,7 @@ from curate.publish.hub import (
     select_rows,
     write_hub_folder,
 )
-from curate.publish.licensing import (
+from curate.licenses import (
     PUBLISHABLE,
     CardLicence,
     card_licence,

@@ -1,7 +1,7 @@
 """The dataset card (``README.md``): YAML metadata through huggingface_hub's ``DatasetCard`` and a
 body that says what the set is, how to load it, its licences, how it was built and how to cite it.
 
-Metadata: ``license`` (:mod:`curate.publish.licensing`; ``license_name`` / ``license_link`` for
+Metadata: ``license`` (:mod:`curate.licenses`; ``license_name`` / ``license_link`` for
 ``other``), ``pretty_name``, ``task_categories``, ``size_categories``, ``tags`` (with
 ``non-commercial`` when any image is NC), ``configs`` (the ``default`` config, one split per
 group: :mod:`curate.publish.hub`) and ``dataset_info`` (features, splits, sizes), as ``datasets``'
@@ -16,7 +16,6 @@ Local absolute paths in the provenance (weights files, work folders) are reduced
 """
 from __future__ import annotations
 
-import json
 import logging
 import math
 from collections import Counter
@@ -27,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from curate import __version__
-from curate.publish.licensing import EXCLUSION_REASONS, CardLicence
+from curate.licenses import EXCLUSION_REASONS, CardLicence
 
 if TYPE_CHECKING:  # pragma: no cover
     from huggingface_hub import DatasetCard
@@ -100,17 +99,21 @@ def _details(summary: str, body: str) -> str:
 
 
 def split_classes(ds: Dataset) -> dict[int, dict[str, Any]]:
-    """The split run's per-class decisions (``split.json``), by class index; empty when unknown."""
+    """The split run's per-class decisions (:class:`curate.runs.SplitRun` rows as dicts: ``easy``,
+    ``hard``, ``easy_acc``, ``hard_acc``, ``drop``, ``drop_ci``, ``crossfit_drop``, ``p_value``, ...),
+    by class index; empty when no readable split run is recorded."""
+    from curate.runs import RUNS_DIR, RunError
+    from curate.runs.split import SplitRun
+
     run = (ds.provenance.get("split") or {}).get("run")
     if not run:
         return {}
-    path = ds.root / "runs" / str(run) / "split.json"
     try:
-        classes = json.loads(path.read_text(encoding="utf-8")).get("classes") or []
-    except (OSError, ValueError) as exc:
-        log.warning("cannot read the split run's table %s (%s); the card's per-class table has no accuracies", path, exc)
+        record = SplitRun.load(ds.root / RUNS_DIR / str(run))
+    except RunError as exc:
+        log.warning("cannot read the split run %s (%s); the card's per-class table has no accuracies", run, exc)
         return {}
-    return {int(c["class_index"]): c for c in classes if "class_index" in c}
+    return {c.class_index: c.to_dict() for c in record.classes}
 
 
 def per_class_rows(ds: Dataset, selection: Selection, labels: Sequence[str]) -> tuple[list[str], list[list[Any]]]:
@@ -265,8 +268,8 @@ def _built(ds: Dataset, selection: Selection) -> str:
     lines += ["", "### Curation", "",
               "Reviewers accept or reject each candidate image; only **accepted** images with a class are published. "
               "Rejections follow the CounterAnimal curation (papers/003 §2.1): label noise (wrong species), feature "
-              "noise (the animal hardly visible or not the main subject), obscurity (ambiguous background) and "
-              "clarity (blurred or low-quality photos). Backgrounds come from the vocabulary "
+              "noise (pixels disrupted or missing), obscurity (more than one object class) and "
+              "clarity (the animal largely occluded, or not filling most of the photo). Backgrounds come from the vocabulary "
               + ", ".join(f"`{b}`" for b in ds.backgrounds) + ".",
               "",
               "In the dataset folder: " + ", ".join(f"{n} {s}" for s, n in sorted(statuses.items())) + "."

@@ -5,10 +5,10 @@ the samples with every curate field (class, background, group, mask, licence, at
 evaluation predictions) and the saved views. Steps of :func:`publish_fiftyone`:
 
 1. the same selection and licence rules as the Hub layout (:func:`curate.publish.hub.select_rows`,
-   :mod:`curate.publish.licensing`): ND / all-rights-reserved / unlicensed images never leave;
+   :mod:`curate.licenses`): ND / all-rights-reserved / unlicensed images never leave;
 2. ``builder(root, sample_ids, name)`` makes the FiftyOne collection to push. The default syncs
    the folder into its FiftyOne dataset (:func:`curate.review.fiftyone.push_fiftyone`, which needs
-   MongoDB, see :mod:`curate.review.services`), selects the publishable samples and clones them
+   MongoDB, see :mod:`curate.review.database`), selects the publishable samples and clones them
    into a temporary dataset (deleted afterwards);
 3. ``pusher(collection, repo_name, ...)`` uploads it. The default is
    ``fiftyone.utils.huggingface.push_to_hub``, which publishes under the token's own user name
@@ -28,7 +28,7 @@ from typing import Any
 
 from curate.publish.card import TAGS
 from curate.publish.hub import ATTRIBUTION_FILE, PublishError, Selection, select_rows
-from curate.publish.licensing import CardLicence, card_licence
+from curate.licenses import CardLicence, card_licence
 from curate.publish.upload import (
     DEFAULT_TOKEN_ENV,
     check_repo_id,

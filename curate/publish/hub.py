@@ -24,7 +24,7 @@ the stored bytes embedded unchanged), ``label`` (``ClassLabel`` over the publish
 ``group`` and ``background`` (``ClassLabel``), licence, attribution and source columns.
 
 Only accepted samples with a class are published; by default only those in the split
-(``group`` easy/hard). Licences follow :mod:`curate.publish.licensing` (ND, all rights
+(``group`` easy/hard). Licences follow :mod:`curate.licenses` (ND, all rights
 reserved, unlicensed and unknown licences are never published). Shards are planned by size
 (``max_shard_bytes``, 500 MB by default like ``datasets``' ``push_to_hub``) and written
 deterministically (same folder, same bytes), which is what lets an interrupted upload resume.
@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from curate import __version__
-from curate.publish.licensing import (
+from curate.licenses import (
     EXCLUSION_REASONS,
     CardLicence,
     card_licence,
@@ -139,7 +139,7 @@ def select_rows(ds: Dataset, *, include_unsplit: bool = False) -> Selection:
     Left out, counted by reason: samples not accepted (``not-accepted:candidate`` /
     ``not-accepted:rejected``), without a class (``no-class``), outside the split unless
     ``include_unsplit`` (``not-in-split``), and images whose licence forbids publishing
-    (:data:`~curate.publish.licensing.EXCLUSION_REASONS`). Order: split, class index, sample id.
+    (:data:`~curate.licenses.EXCLUSION_REASONS`). Order: split, class index, sample id.
     """
     rows: list[dict[str, Any]] = []
     excluded: Counter[str] = Counter()

@@ -13,16 +13,17 @@ views of it that sync both ways:
 - :mod:`curate.review.vocabulary` / :mod:`curate.review.views`: the reviewer's tag vocabulary
   and the saved views, read from ``annotation/`` (data, not code);
 - :mod:`curate.review.rle`: Label Studio's brush RLE, encoded and decoded with numpy;
-- :mod:`curate.review.services`: the offline MongoDB, the Label Studio server in its own virtual
-  environment, headless Chromium (provisioned into a cache folder, started on 127.0.0.1).
+- :mod:`curate.review.database`: at run time, the database FiftyOne talks to (its bundled one, or
+  the offline MongoDB) and the Label Studio server, started and stopped on 127.0.0.1;
+- :mod:`curate.review.provision`: for tests and CI, the offline MongoDB binaries, Label Studio's own
+  virtual environment and headless Chromium, provisioned into ``.services/``.
 
 Importing this package imports neither FiftyOne nor the Label Studio SDK; they load when a
 function that needs them runs.
 """
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from curate.lazy import lazy_exports
 
 _LAZY = {
     "TagVocabulary": "curate.review.vocabulary",
@@ -59,12 +60,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'curate.review' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
-
-
-def __dir__() -> list[str]:
-    return sorted(list(globals()) + list(_LAZY))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -5,7 +5,7 @@ tests) and to keep a screenshot of it (``docs/fiftyone-app.png``). :class:`Headl
 starts ``chromium --headless=new --remote-debugging-port=P`` on 127.0.0.1 with a throw-away
 profile; :meth:`HeadlessChromium.open` gives a :class:`Page` (a DevTools websocket: navigate,
 evaluate JavaScript, wait for a condition, capture a PNG). No Selenium or Playwright, nothing
-downloaded: the browser is Debian's ``chromium`` (see :func:`curate.review.services.ensure_chromium`).
+downloaded: the browser is Debian's ``chromium`` (see :func:`curate.review.provision.ensure_chromium`).
 """
 from __future__ import annotations
 
@@ -24,13 +24,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from curate.review.services import (
-    ServiceError,
-    _stop_process,
-    chromium_command,
-    ensure_chromium,
-    free_port,
-)
+from curate.review.database import _stop_process, free_port
+from curate.review.provision import ServiceError, chromium_command, ensure_chromium
 
 log = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ conflicts reported). A re-push refuses to overwrite edits that were not pulled y
 discards them).
 
 FiftyOne is imported only inside these functions, after
-:func:`curate.review.services.ensure_fiftyone_database` made sure it has a database.
+:func:`curate.review.database.ensure_fiftyone_database` made sure it has a database.
 """
 from __future__ import annotations
 
@@ -137,8 +137,8 @@ def import_fiftyone_module() -> Any:
 
 
 def import_fiftyone() -> Any:
-    """``fiftyone``, imported after making sure it has a database (see services)."""
-    from curate.review.services import ensure_fiftyone_database
+    """``fiftyone``, imported after making sure it has a database (see curate.review.database)."""
+    from curate.review.database import ensure_fiftyone_database
 
     os.environ.setdefault("FIFTYONE_DO_NOT_TRACK", "true")  # offline-first: no usage pings
     ensure_fiftyone_database()
@@ -553,7 +553,8 @@ def _observe_one(ds: Dataset, record: Mapping[str, Any], pushed: Mapping[str, An
                     obs.problems.extend(Problem(sid, unit, f"tag {p}; not applied") for p in problems)
             continue
         if changed(unit, "tags"):
-            ok, value, problems = reading.decide(vocab_unit)
+            # tags added since the push win over the pushed ones (reject:<reason> added to accept)
+            ok, value, problems = reading.decide(vocab_unit, pushed=(pushed.get(unit) or {}).get("tags") or [])
             if ok:
                 obs.edits[unit] = Edit(unit, value, f"tags {current[unit]['tags'] or '(removed)'}")
             else:
@@ -715,7 +716,7 @@ def tunnel_hint(port: int) -> str:
 def launch_app(fo_name: str, *, port: int = DEFAULT_PORT, address: str = "127.0.0.1") -> Any:
     """Serve the App for a pushed dataset on ``address:port`` (remote mode: no browser) and
     return the FiftyOne session; ``session.wait()`` blocks until interrupted."""
-    from curate.review.services import port_is_free
+    from curate.review.database import port_is_free
 
     fo = import_fiftyone()
     if fo_name not in fo.list_datasets():

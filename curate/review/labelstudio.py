@@ -509,8 +509,12 @@ def observe_task(ds: Dataset, task: Mapping[str, Any], entry: Mapping[str, Any],
         obs.problems.append(Problem(sid, None, f"choice {problem}"))
 
     # background: a choice different from the pre-label, or the pre-label confirmed by a person
+    # the pre-selected choice is what the push showed: a choice added beside it wins (vocabulary.decide)
+    shown = {unit: [tag] if tag else [] for unit, tag in (
+        ("background", f"{vocab.background_prefix}{pushed['background']}" if pushed.get("background") else None),
+        ("curation", pushed.get("curation")), ("mask", pushed.get("mask_status")))}
     if choices.get(BACKGROUND):
-        ok, value, problems = reading.decide("background")
+        ok, value, problems = reading.decide("background", pushed=shown["background"])
         if ok:
             chosen = value[0]
             obs.view["background"] = chosen
@@ -521,11 +525,11 @@ def observe_task(ds: Dataset, task: Mapping[str, Any], entry: Mapping[str, Any],
     for control, unit, vocab_unit in ((CURATION, "curation", "curation"), (MASK_REVIEW, "mask_status", "mask")):
         if not choices.get(control):
             continue
-        ok, value, problems = reading.decide(vocab_unit)
+        ok, value, problems = reading.decide(vocab_unit, pushed=shown[vocab_unit])
         if not ok:
             obs.problems.extend(Problem(sid, unit, f"{p}; not applied") for p in problems)
             continue
-        chosen = choices[control][-1]
+        chosen = reading.tag_of(vocab_unit, value) or choices[control][-1]
         obs.view[unit] = chosen
         if chosen != pushed.get(unit):
             obs.edits[unit] = Edit(unit, list(value) if isinstance(value, tuple) else value, f"choice {control} = {chosen}", actor)

@@ -18,6 +18,14 @@ tag                   meaning in the dataset folder
 sorts tags into *units* (background, curation, mask, free, unknown) and decides each unit's value.
 Anything it cannot read (an unknown prefix, a background outside the vocabulary, a reason
 outside the four, two contradicting tags) is a :class:`TagProblem`: reported, never guessed.
+
+Contradicting tags and the push snapshot: a reviewer changes a decision by *adding* a tag
+(``reject:clarity`` to a sample pushed with ``accept``), since a tool's "tag samples" adds and
+rarely removes. Given the unit's tags at push time, :meth:`TagReading.decide` lets the tags added
+since the push win over the pushed ones (:func:`newest_values`); only tags that still contradict
+after that (two decisions both added since the push, or no snapshot to tell) are reported. Every
+backend that compares with a push snapshot passes its pushed tags (FiftyOne: the unit's tags;
+Label Studio: the pre-selected choice).
 """
 from __future__ import annotations
 
@@ -52,29 +60,42 @@ class TagProblem:
 @dataclass
 class TagReading:
     """Tags sorted into units. ``tags[unit]`` lists the unit's tags in their order (valid or
-    not); ``values[unit]`` the valid values read from them; ``problems`` what could not be read."""
+    not); ``values[unit]`` the valid values read from them, ``value_tags[unit]`` the tag of each
+    value (same order); ``problems`` what could not be read."""
 
     tags: dict[str, list[str]] = field(default_factory=lambda: {u: [] for u in (*UNITS, "unknown")})
     values: dict[str, list[Any]] = field(default_factory=lambda: {u: [] for u in UNITS})
+    value_tags: dict[str, list[str]] = field(default_factory=lambda: {u: [] for u in UNITS})
     problems: dict[str, list[TagProblem]] = field(default_factory=lambda: {u: [] for u in (*UNITS, "unknown")})
 
     def unit_tags(self, unit: str) -> frozenset[str]:
         return frozenset(self.tags[unit])
 
-    def decide(self, unit: str) -> tuple[bool, Any, list[TagProblem]]:
+    def decide(self, unit: str, pushed: Iterable[str] | None = None) -> tuple[bool, Any, list[TagProblem]]:
         """(readable, value, problems) of one unit from its tags.
 
         ``background``: (background, "human", None) or (None, None, None) when no bg: tag;
         ``curation``: (status, reject_reason), ("candidate", None) when no curation tag;
         ``mask``: mask_status or None; ``free``: the list of free tags. A unit with an
         unreadable tag or contradicting tags is not readable (its problems say why).
+
+        ``pushed``: the unit's tags the push showed (from the push snapshot). When the tags
+        contradict, the tags added since the push win over the pushed ones
+        (:func:`newest_values`); only a contradiction that remains is reported.
         """
         problems = list(self.problems[unit])
         values = self.values[unit]
         if unit == "free":
             return (not problems), list(dict.fromkeys(values)), problems
         distinct = list(dict.fromkeys(values))
-        if len(distinct) > 1:
+        if len(distinct) > 1 and pushed is not None:
+            pushed = set(pushed)
+            distinct = newest_values(self.value_tags[unit], values, pushed)
+            if len(distinct) > 1:
+                added = [t for t in dict.fromkeys(self.value_tags[unit]) if t not in pushed]
+                problems.append(TagProblem(", ".join(added), f"contradicting {unit} tags, all added since the push; "
+                                                             "keep exactly one"))
+        elif len(distinct) > 1:
             problems.append(TagProblem(", ".join(self.tags[unit]), f"contradicting {unit} tags; keep exactly one"))
         if problems:
             return False, None, problems
@@ -83,6 +104,27 @@ class TagReading:
         if unit == "curation":
             return True, (distinct[0] if distinct else ("candidate", None)), []
         return True, (distinct[0] if distinct else None), []
+
+    def tag_of(self, unit: str, value: Any) -> str | None:
+        """The first tag that says ``value`` (e.g. the choice that won :meth:`decide`)."""
+        return next((t for t, v in zip(self.value_tags[unit], self.values[unit]) if v == value), None)
+
+
+def newest_values(tags: Sequence[str], values: Sequence[Any], pushed: Iterable[str]) -> list[Any]:
+    """The distinct values of a unit once the tags added since the push win over the pushed ones.
+
+    ``tags[i]`` says ``values[i]``; ``pushed`` are the unit's tags at push time. When some tag is
+    new (not pushed), the answer is the new tags' values, else all values. One value back: the
+    unit is decided; more than one: a genuine contradiction (several new decisions).
+
+    >>> newest_values(["accept", "reject:clarity"], ["A", "R"], pushed=["accept"])
+    ['R']
+    >>> newest_values(["accept", "reject:clarity"], ["A", "R"], pushed=[])
+    ['A', 'R']
+    """
+    before = set(pushed)
+    new = [v for t, v in zip(tags, values) if t not in before]
+    return list(dict.fromkeys(new if new else values))
 
 
 @dataclass(frozen=True)
@@ -178,30 +220,36 @@ class TagVocabulary:
                 value = tag[len(self.background_prefix):]
                 if value in known_backgrounds:
                     reading.values[unit].append(value)
+                    reading.value_tags[unit].append(tag)
                 else:
                     reading.problems[unit].append(TagProblem(
                         tag, f"background {value!r} is not in the dataset's vocabulary ({', '.join(backgrounds)})"))
             elif unit == "curation":
                 if tag == self.accept:
                     reading.values[unit].append(("accepted", None))
+                    reading.value_tags[unit].append(tag)
                 elif tag == self.reject:
                     reading.values[unit].append(("rejected", None))
+                    reading.value_tags[unit].append(tag)
                 else:
                     reason = tag[len(self.reject_prefix):]
                     if reason in self.reasons:
                         reading.values[unit].append(("rejected", reason))
+                        reading.value_tags[unit].append(tag)
                     else:
                         reading.problems[unit].append(TagProblem(
                             tag, f"reason {reason!r} is not one of {', '.join(self.reasons)}"))
             elif unit == "mask":
                 if tag in self.mask_tags:
                     reading.values[unit].append(self.mask_tags[tag])
+                    reading.value_tags[unit].append(tag)
                 else:
                     reading.problems[unit].append(TagProblem(tag, f"mask tags are {', '.join(self.mask_tags)}"))
             elif unit == "free":
                 value = tag[len(self.free_prefix):]
                 if value:
                     reading.values[unit].append(value)
+                    reading.value_tags[unit].append(tag)
                 else:
                     reading.problems[unit].append(TagProblem(tag, f"{self.free_prefix}<word> needs a word"))
             else:

@@ -1,24 +1,28 @@
-"""Saliency maps for CLIPs and classifiers, batched on the device, and SSS/RMA over a dataset.
+"""Saliency maps for CLIPs and classifiers, batched on the device.
 
 >>> from curate.models import load_model
->>> from curate.saliency import Explainer, clip_classifier, saliency_maps
+>>> from curate.saliency import Explainer, TopK, clip_classifier, saliency_maps
 >>> clip = load_model("curate-tiny-vit", seed=0)
 >>> W = clip_classifier(clip, ["ice bear", "lion"])             # zero-shot targets (C, D)
 >>> result = saliency_maps(clip, images, method="gradcam", classifier=W, labels=[0, 1])
 >>> result.maps.shape                                            # (N, K, H, W) on the device
+>>> Explainer(clip, "layercam", classifier=W).explain(images, TopK(2)).maps.shape   # (N, 2, H, W)
 
->>> from curate.saliency import explain_dataset, summarize_by_group
->>> res = explain_dataset("world/", clip, method="layercam", target="topk:3", run_name="lc")
->>> summarize_by_group("world/", "ref.pt")     # {"split": "aligned", "groups": {...}, ...}
+SSS and RMA over a dataset folder are the explain stage's (:mod:`curate.stages.explain`):
 
-Modules: :mod:`.methods` (formulas and the method table), :mod:`.layers` (default layers, token
-layouts), :mod:`.targets` (``true`` / ``predicted`` / ``topk:K``, zero-shot logits),
-:mod:`.engine` (:class:`Explainer`), :mod:`.attention` (rollout), :mod:`.masks` (masks through the
-model's preprocessing), :mod:`.explain` (datasets, run folders, summaries).
+>>> from curate.stages.explain import ExplainSettings, explain
+>>> run = explain("world/", "ref.pt", ExplainSettings(method="layercam", target="topk:3"), run_name="lc")
+>>> run.by_group()                  # {"split": "aligned", "groups": {...}, "nan_reasons": {...}, ...}
 
-Names load lazily: importing ``curate.saliency`` does not import torch.
+Modules: :mod:`.registry` (the method table, torch-free), :mod:`.methods` (formulas),
+:mod:`.layers` (default layers, token layouts), :mod:`.targets` (``TrueClass`` / ``Predicted`` /
+``TopK``, zero-shot logits), :mod:`.engine` (:class:`Explainer`), :mod:`.attention` (rollout),
+:mod:`.masks` (masks through the model's preprocessing), :mod:`.inputs` (masked images of a
+dataset, shared with ``curate fidelity``).
+
+Names load lazily: importing ``curate.saliency`` (or :mod:`.registry`) does not import torch.
 """
-# ruff: noqa: F401  (the TYPE_CHECKING imports below are for type checkers; names load lazily)
+
 from __future__ import annotations
 
 import importlib
@@ -28,26 +32,51 @@ _LAZY = {
     "Explainer": "curate.saliency.engine",
     "explain_with_backoff": "curate.saliency.engine",
     "frozen_parameters": "curate.saliency.engine",
+    "saliency_maps": "curate.saliency.engine",
     "SaliencyError": "curate.saliency.base",
     "SaliencyResult": "curate.saliency.base",
     "TargetIgnoredWarning": "curate.saliency.base",
     "UnknownLayerError": "curate.saliency.base",
-    "METHODS": "curate.saliency.methods",
-    "MethodInfo": "curate.saliency.methods",
-    "method_info": "curate.saliency.methods",
+    "METHODS": "curate.saliency.registry",
+    "MethodInfo": "curate.saliency.registry",
+    "method_info": "curate.saliency.registry",
+    "method_names": "curate.saliency.registry",
     "default_layer": "curate.saliency.layers",
     "layer_candidates": "curate.saliency.layers",
     "resolve_layer": "curate.saliency.layers",
-    "TargetSpec": "curate.saliency.targets",
+    "Target": "curate.saliency.targets",
+    "TrueClass": "curate.saliency.targets",
+    "Predicted": "curate.saliency.targets",
+    "TopK": "curate.saliency.targets",
+    "parse_target": "curate.saliency.targets",
     "clip_classifier": "curate.saliency.targets",
     "mask_transform_for": "curate.saliency.masks",
-    "ExplainResult": "curate.saliency.explain",
-    "explain_dataset": "curate.saliency.explain",
-    "summarize_by_group": "curate.saliency.explain",
-    "saliency_maps": "curate.saliency.explain",
 }
 
-__all__ = sorted(_LAZY)
+__all__ = [
+    "METHODS",
+    "Explainer",
+    "MethodInfo",
+    "Predicted",
+    "SaliencyError",
+    "SaliencyResult",
+    "Target",
+    "TargetIgnoredWarning",
+    "TopK",
+    "TrueClass",
+    "UnknownLayerError",
+    "clip_classifier",
+    "default_layer",
+    "explain_with_backoff",
+    "frozen_parameters",
+    "layer_candidates",
+    "mask_transform_for",
+    "method_info",
+    "method_names",
+    "parse_target",
+    "resolve_layer",
+    "saliency_maps",
+]  # = sorted(_LAZY)
 
 if TYPE_CHECKING:  # pragma: no cover
     from curate.saliency.base import (
@@ -60,17 +89,19 @@ if TYPE_CHECKING:  # pragma: no cover
         Explainer,
         explain_with_backoff,
         frozen_parameters,
-    )
-    from curate.saliency.explain import (
-        ExplainResult,
-        explain_dataset,
         saliency_maps,
-        summarize_by_group,
     )
     from curate.saliency.layers import default_layer, layer_candidates, resolve_layer
     from curate.saliency.masks import mask_transform_for
-    from curate.saliency.methods import METHODS, MethodInfo, method_info
-    from curate.saliency.targets import TargetSpec, clip_classifier
+    from curate.saliency.registry import METHODS, MethodInfo, method_info, method_names
+    from curate.saliency.targets import (
+        Predicted,
+        Target,
+        TopK,
+        TrueClass,
+        clip_classifier,
+        parse_target,
+    )
 
 
 def __getattr__(name: str) -> Any:

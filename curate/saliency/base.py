@@ -1,11 +1,19 @@
-"""Shared pieces of :mod:`curate.saliency`: errors, warnings and the result of one batch."""
+"""Shared pieces of :mod:`curate.saliency`: errors, warnings and the result of one batch.
+
+Importable without torch (the errors are raised by the torch-free method registry,
+:mod:`curate.saliency.registry`); torch is imported where a function needs it.
+"""
 from __future__ import annotations
 
+import logging
 import warnings
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+logger = logging.getLogger(__name__)
 
 
 class SaliencyError(ValueError):
@@ -41,6 +49,8 @@ def warn_once(key: str, message: str, category: type[Warning] = UserWarning, sta
 
 def is_oom(error: BaseException) -> bool:
     """Whether ``error`` is a device out-of-memory error (CUDA, MPS, or XPU)."""
+    import torch
+
     oom_type = getattr(torch, "OutOfMemoryError", None) or getattr(torch.cuda, "OutOfMemoryError", None)
     if oom_type is not None and isinstance(error, oom_type):
         return True
@@ -49,13 +59,15 @@ def is_oom(error: BaseException) -> bool:
 
 def free_device_memory(device: torch.device) -> None:
     """Release cached blocks after an out-of-memory error (no-op on CPU)."""
+    import torch
+
     if device.type == "cuda" and torch.cuda.is_available():
         torch.cuda.empty_cache()
     elif device.type == "mps" and hasattr(torch, "mps"):
         try:
             torch.mps.empty_cache()
-        except Exception:  # pragma: no cover - depends on the build
-            pass
+        except (RuntimeError, AttributeError) as error:  # pragma: no cover - depends on the build
+            logger.debug("could not empty the MPS cache: %s", error)
 
 
 @dataclass
@@ -88,11 +100,15 @@ class SaliencyResult:
     @property
     def target_classes(self) -> torch.Tensor:
         """``(N, K)`` label-space class indices of the targets."""
+        import torch
+
         lookup = torch.as_tensor(self.columns, device=self.targets.device)
         return lookup[self.targets]
 
     @property
     def predicted_classes(self) -> torch.Tensor:
         """``(N,)`` label-space class index of the top-1 prediction."""
+        import torch
+
         lookup = torch.as_tensor(self.columns, device=self.logits.device)
         return lookup[self.logits.argmax(dim=1)]

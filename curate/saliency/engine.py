@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -48,10 +48,13 @@ from curate.saliency.layers import (
     resolve_layer,
     vision_tower,
 )
-from curate.saliency.methods import GRADIENT_CAMS, eigencam, finish_maps, method_info
-from curate.saliency.targets import ScoreHead, TargetSpec
+from curate.saliency.methods import GRADIENT_CAMS, eigencam, eigengradcam, finish_maps
+from curate.saliency.registry import method_info
+from curate.saliency.targets import ScoreHead, Target, parse_target
 
 if TYPE_CHECKING:  # pragma: no cover
+    from typing_extensions import Self
+
     from curate.models.base import LoadedModel
 
 logger = logging.getLogger(__name__)
@@ -88,11 +91,11 @@ class _Capture:
         self.calls = 0
         self._handle: Any = None
 
-    def __enter__(self) -> "_Capture":
+    def __enter__(self) -> Self:
         self._handle = self.module.register_forward_hook(self._hook)
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self._handle is not None:
             self._handle.remove()
         self._handle = None
@@ -134,7 +137,7 @@ class Explainer:
 
     Args:
         model: a :class:`curate.models.LoadedModel` (CLIP or timm classifier).
-        method: one of :data:`curate.saliency.methods.METHODS` (``gradcam``, ``gradcam++``,
+        method: one of :data:`curate.saliency.registry.METHODS` (``gradcam``, ``gradcam++``,
             ``xgradcam``, ``layercam``, ``eigencam``, ``eigengradcam``, ``scorecam``,
             ``ablationcam``, ``fullgrad``, ``rollout``, ``grad-rollout``).
         layer: the layer CAMs read (default: :func:`curate.saliency.layers.default_layer`:
@@ -152,7 +155,7 @@ class Explainer:
 
     def __init__(
         self,
-        model: "LoadedModel",
+        model: LoadedModel,
         method: str = "gradcam",
         *,
         layer: str | None = None,
@@ -185,8 +188,7 @@ class Explainer:
             self.layer_name, self.layer = resolve_layer(model, name)
         elif layer is not None:
             raise SaliencyError(
-                f"{self.method} does not read one layer ({'every conv/BN bias and the input' if self.method == 'fullgrad' else 'every attention block'}); "
-                "drop layer="
+                f"{self.method} does not read one layer (it reads {self.info.default_layer}): drop layer="
             )
         if not self.info.target_dependent:
             warn_once(
@@ -195,6 +197,10 @@ class Explainer:
                 "per-target and per-class differences mean nothing with it (papers/004 §5: methods differ)",
                 TargetIgnoredWarning,
             )
+        # dispatch on the registry entry: one runner per family (curate.saliency.registry.FAMILIES)
+        self._runner = getattr(self, _RUNNERS[self.info.family])
+        cam = GRADIENT_CAMS.get(self.method)
+        self._cam = (lambda a, g: eigengradcam(a, g, self.sign_correction)) if cam is eigengradcam else cam
 
     # -------------------------------------------------------------------------------- public
     @property
@@ -213,42 +219,31 @@ class Explainer:
     def explain(
         self,
         images: torch.Tensor,
-        target: "str | TargetSpec" = "true",
-        labels: "Sequence[int] | torch.Tensor | None" = None,
+        target: Target | str = "true",
+        labels: Sequence[int] | torch.Tensor | None = None,
     ) -> SaliencyResult:
         """Maps for a batch ``(N, 3, H, W)`` (the model's preprocessing already applied).
 
         Args:
             images: the preprocessed batch (any device; moved to the model's).
-            target: ``"true"``, ``"predicted"`` or ``"topk:K"`` (:class:`TargetSpec`).
+            target: a :class:`curate.saliency.targets.Target` (``TrueClass()``, ``Predicted()``,
+                ``TopK(k)``) or its spelling ``"true"``, ``"predicted"``, ``"topk:K"``.
             labels: ``(N,)`` label-space class indices (needed for ``"true"``).
 
         Returns:
             :class:`SaliencyResult` with ``(N, K, H, W)`` maps on the device.
         """
-        spec = TargetSpec.parse(target)
+        spec = parse_target(target)
         x = self.model.to_input(images)
         label_cols = None
         if labels is not None:
             label_cols = self.head.column_of(labels).to(self.device)
-            if spec.kind == "true" and bool((label_cols < 0).any()):
+            if spec.needs_labels and bool((label_cols < 0).any()):
                 missing = sorted({int(c) for c, col in zip(
                     (labels.tolist() if isinstance(labels, torch.Tensor) else list(labels)), label_cols.tolist())
                     if col < 0})
                 raise SaliencyError(f"true classes {missing[:10]} are not among the scored classes (columns)")
-        family = self.info.family
-        if family == "gradient":
-            cams, logits, targets = self._gradient(x, spec, label_cols)
-        elif family == "eigen":
-            cams, logits, targets = self._eigen(x, spec, label_cols)
-        elif family == "score":
-            cams, logits, targets = self._score(x, spec, label_cols)
-        elif family == "ablation":
-            cams, logits, targets = self._ablation(x, spec, label_cols)
-        elif family == "fullgrad":
-            cams, logits, targets = self._fullgrad(x, spec, label_cols)
-        else:
-            cams, logits, targets = self._rollout(x, spec, label_cols)
+        cams, logits, targets = self._runner(x, spec, label_cols)
         maps, flat = finish_maps(cams.detach(), tuple(x.shape[-2:]))
         logits = logits.detach().float()
         return SaliencyResult(
@@ -265,8 +260,8 @@ class Explainer:
     def explain_batched(
         self,
         images: torch.Tensor,
-        target: "str | TargetSpec" = "true",
-        labels: "Sequence[int] | torch.Tensor | None" = None,
+        target: Target | str = "true",
+        labels: Sequence[int] | torch.Tensor | None = None,
         *,
         batch_size: int = 32,
     ) -> SaliencyResult:
@@ -282,8 +277,8 @@ class Explainer:
         assert self.layer_name is not None
         return detect_layout(self.model, self.layer_name, raw, batch)
 
-    def _gradient(self, x: torch.Tensor, spec: TargetSpec, labels: torch.Tensor | None):
-        fn = GRADIENT_CAMS[self.method]
+    def _gradient(self, x: torch.Tensor, spec: Target, labels: torch.Tensor | None):
+        fn = self._cam
         with self._capture() as cap, frozen_parameters(self.model.module), torch.enable_grad():
             cap.leaf = True
             logits = self.head(x)
@@ -302,14 +297,10 @@ class Explainer:
                               f"layer {self.layer_name} does not influence the target score (zero gradient): its "
                               "maps are empty; choose an earlier layer (e.g. the last block's ln_1 for a ViT)")
                     grad = torch.zeros_like(act)
-                g = layout.to_spatial(grad).float()
-                if self.method in ("eigengradcam",):
-                    cams.append(fn(a, g, self.sign_correction))
-                else:
-                    cams.append(fn(a, g))
+                cams.append(fn(a, layout.to_spatial(grad).float()))
         return torch.stack(cams, dim=1), logits.detach(), targets
 
-    def _eigen(self, x: torch.Tensor, spec: TargetSpec, labels: torch.Tensor | None):
+    def _eigen(self, x: torch.Tensor, spec: Target, labels: torch.Tensor | None):
         with self._capture() as cap, torch.no_grad():
             logits = self.head(x)
             targets = spec.select(logits, labels)
@@ -324,7 +315,7 @@ class Explainer:
             flat = torch.arange(start, min(total, start + self.inner_batch_size), device=self.device)
             yield flat // c, flat % c
 
-    def _score(self, x: torch.Tensor, spec: TargetSpec, labels: torch.Tensor | None):
+    def _score(self, x: torch.Tensor, spec: Target, labels: torch.Tensor | None):
         size = tuple(x.shape[-2:])
         with self._capture() as cap, torch.no_grad():
             logits = self.head(x)
@@ -345,7 +336,7 @@ class Explainer:
             cams = torch.einsum("nck,nchw->nkhw", weights, a)
         return cams, logits, targets
 
-    def _ablation(self, x: torch.Tensor, spec: TargetSpec, labels: torch.Tensor | None):
+    def _ablation(self, x: torch.Tensor, spec: Target, labels: torch.Tensor | None):
         with self._capture() as cap, torch.no_grad():
             logits = self.head(x)
             targets = spec.select(logits, labels)
@@ -401,7 +392,7 @@ class Explainer:
                 layers.append((module, bias.detach().float()))
         return layers
 
-    def _fullgrad(self, x: torch.Tensor, spec: TargetSpec, labels: torch.Tensor | None):
+    def _fullgrad(self, x: torch.Tensor, spec: Target, labels: torch.Tensor | None):
         from curate.saliency.methods import minmax
 
         size = tuple(x.shape[-2:])
@@ -442,8 +433,8 @@ class Explainer:
                 handle.remove()
         return torch.stack(cams, dim=1), logits.detach(), targets
 
-    def _rollout(self, x: torch.Tensor, spec: TargetSpec, labels: torch.Tensor | None):
-        use_grad = self.method == "grad-rollout"
+    def _rollout(self, x: torch.Tensor, spec: Target, labels: torch.Tensor | None):
+        use_grad = self.info.needs_gradients  # grad-rollout; plain rollout reads the attention only
         grad_ctx = torch.enable_grad() if use_grad else torch.no_grad()
         with record_attention(self.tower) as probs, frozen_parameters(self.model.module), grad_ctx:
             xi = x.detach().requires_grad_(use_grad)
@@ -467,6 +458,17 @@ class Explainer:
         return cams, logits.detach(), targets
 
 
+#: The :class:`Explainer` method that computes each family's maps.
+_RUNNERS: dict[str, str] = {
+    "gradient": "_gradient",
+    "eigen": "_eigen",
+    "score": "_score",
+    "ablation": "_ablation",
+    "fullgrad": "_fullgrad",
+    "rollout": "_rollout",
+}
+
+
 def _cat_results(parts: list[SaliencyResult]) -> SaliencyResult:
     if len(parts) == 1:
         return parts[0]
@@ -487,8 +489,8 @@ def _cat_results(parts: list[SaliencyResult]) -> SaliencyResult:
 def explain_with_backoff(
     explainer: Explainer,
     images: torch.Tensor,
-    target: "str | TargetSpec",
-    labels: "Sequence[int] | torch.Tensor | None",
+    target: Target | str,
+    labels: Sequence[int] | torch.Tensor | None,
     *,
     batch_size: int,
 ) -> tuple[SaliencyResult, int]:
@@ -507,7 +509,7 @@ def explain_with_backoff(
         stop = min(n, start + size)
         try:
             part = explainer.explain(images[start:stop], target, None if labels_t is None else labels_t[start:stop])
-        except Exception as error:  # noqa: BLE001 - only out-of-memory is handled
+        except Exception as error:
             if not is_oom(error):
                 raise
             free_device_memory(explainer.device)
@@ -520,3 +522,27 @@ def explain_with_backoff(
         parts.append(part)
         start = stop
     return _cat_results(parts), size
+
+
+def saliency_maps(
+    model: LoadedModel,
+    images: torch.Tensor | Sequence[Any],
+    *,
+    method: str = "gradcam",
+    target: Target | str = "true",
+    labels: Sequence[int] | torch.Tensor | None = None,
+    layer: str | None = None,
+    classifier: torch.Tensor | None = None,
+    columns: Sequence[int] | None = None,
+    batch_size: int = 32,
+    **options: Any,
+) -> SaliencyResult:
+    """Maps for a batch of images: a tensor already preprocessed ``(N, 3, H, W)`` or PIL images.
+
+    A thin wrapper over :class:`Explainer` (see it for the arguments); batches of
+    ``batch_size``, halved on out-of-memory.
+    """
+    if not isinstance(images, torch.Tensor):
+        images = model.preprocess_images(list(images))
+    explainer = Explainer(model, method, layer=layer, classifier=classifier, columns=columns, **options)
+    return explain_with_backoff(explainer, images, target, labels, batch_size=batch_size)[0]

@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # pragma: no cover
 logger = logging.getLogger(__name__)
 
 
-def open_masked_dataset(dataset: "Dataset | str | Path") -> "Dataset":
+def open_masked_dataset(dataset: Dataset | str | Path) -> Dataset:
     """Open (validating) a dataset folder; problems that touch only masks are handled per sample.
 
     ``Dataset.open`` refuses a folder with a mask of the wrong size or a missing mask file. Such
@@ -50,7 +50,7 @@ def open_masked_dataset(dataset: "Dataset | str | Path") -> "Dataset":
         return Dataset.open(Path(dataset), validate=False)
 
 
-def resolve_model(model: "LoadedModel | str | Path", pretrained: Any, device: Any, precision: str) -> "LoadedModel":
+def resolve_model(model: LoadedModel | str | Path, pretrained: Any, device: Any, precision: str) -> LoadedModel:
     from curate.models import load_model
     from curate.models.base import LoadedModel
     from curate.models.weights import looks_like_path
@@ -62,7 +62,7 @@ def resolve_model(model: "LoadedModel | str | Path", pretrained: Any, device: An
     return load_model(str(model), pretrained, device=device or "cpu", precision=precision)
 
 
-def model_class_names(model: "LoadedModel") -> dict[int, str]:
+def model_class_names(model: LoadedModel) -> dict[int, str]:
     """Class names a curate-trained reference CLIP was trained with (index -> name), if recorded.
 
     ``curate train-reference`` records the world's classes in the weights file; their names
@@ -78,7 +78,7 @@ def model_class_names(model: "LoadedModel") -> dict[int, str]:
     return out
 
 
-def prompt_set_for(model: "LoadedModel", prompts: Any):
+def prompt_set_for(model: LoadedModel, prompts: Any):
     from curate.zeroshot import PromptSet, load_prompts
 
     if isinstance(prompts, PromptSet):
@@ -102,7 +102,7 @@ def row_extra(row: Mapping[str, Any]) -> dict[str, Any]:
 class MaskedImages(torch.utils.data.Dataset):
     """Decoded, preprocessed image and input-aligned mask of each row (DataLoader-friendly)."""
 
-    def __init__(self, ds: "Dataset", rows: list[dict[str, Any]], preprocess: Callable,
+    def __init__(self, ds: Dataset, rows: list[dict[str, Any]], preprocess: Callable,
                  mask_fn: Callable, size: tuple[int, int]) -> None:
         self.ds = ds
         self.rows = rows

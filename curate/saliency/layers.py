@@ -48,7 +48,7 @@ DEFAULT_MIN_GRID = 4
 
 
 # ------------------------------------------------------------------------- model anatomy
-def vision_tower(model: "LoadedModel") -> tuple[str, nn.Module]:
+def vision_tower(model: LoadedModel) -> tuple[str, nn.Module]:
     """``(prefix, module)`` of the image tower: ``("visual", clip.visual)`` or ``("", classifier)``."""
     module = model.module
     if model.kind == "clip":
@@ -137,7 +137,7 @@ def _walk(root: nn.Module, dotted: str) -> tuple[nn.Module, str]:
     return module, ".".join(parts)
 
 
-def layer_candidates(model: "LoadedModel", limit: int = 40) -> list[str]:
+def layer_candidates(model: LoadedModel, limit: int = 40) -> list[str]:
     """Stage-level module names of the image tower (what ``layer=`` usually names)."""
     prefix, tower = vision_tower(model)
     names: list[str] = []
@@ -159,7 +159,7 @@ def layer_candidates(model: "LoadedModel", limit: int = 40) -> list[str]:
     return full
 
 
-def resolve_layer(model: "LoadedModel", name: str) -> tuple[str, nn.Module]:
+def resolve_layer(model: LoadedModel, name: str) -> tuple[str, nn.Module]:
     """``(canonical dotted name under model.module, module)`` for a layer ``name``.
 
     ``name`` is looked up in the image tower: relative to it (``"layer4"``) or with its prefix
@@ -186,7 +186,7 @@ def resolve_layer(model: "LoadedModel", name: str) -> tuple[str, nn.Module]:
     raise UnknownLayerError(message, suggestions + [c for c in candidates if c != "..."])
 
 
-def _cnn_stages(model: "LoadedModel") -> list[str]:
+def _cnn_stages(model: LoadedModel) -> list[str]:
     """Candidate stage names (under model.module), shallow to deep, for a CNN tower."""
     prefix, tower = vision_tower(model)
     stages: list[str] = []
@@ -213,7 +213,7 @@ def _cnn_stages(model: "LoadedModel") -> list[str]:
     return valid
 
 
-def measure_outputs(model: "LoadedModel", names: list[str]) -> dict[str, tuple[int, ...]]:
+def measure_outputs(model: LoadedModel, names: list[str]) -> dict[str, tuple[int, ...]]:
     """Output shapes of the named modules for one blank input of the model's size (no grad)."""
     shapes: dict[str, tuple[int, ...]] = {}
     handles = []
@@ -236,7 +236,7 @@ def measure_outputs(model: "LoadedModel", names: list[str]) -> dict[str, tuple[i
     return shapes
 
 
-def default_layer(model: "LoadedModel", *, min_grid: int = DEFAULT_MIN_GRID) -> str:
+def default_layer(model: LoadedModel, *, min_grid: int = DEFAULT_MIN_GRID) -> str:
     """The default CAM layer of ``model`` (see the module docstring for the rule)."""
     prefix, tower = vision_tower(model)
     blocks = _vit_blocks(tower)
@@ -310,7 +310,7 @@ class Layout:
         return patches.reshape(n, gh, gw, d).permute(0, 3, 1, 2)
 
 
-def detect_layout(model: "LoadedModel", layer_name: str, output: torch.Tensor, batch: int) -> Layout:
+def detect_layout(model: LoadedModel, layer_name: str, output: torch.Tensor, batch: int) -> Layout:
     """Read the layout of ``output`` (see the module docstring); :class:`SaliencyError` if unreadable."""
     _, tower = vision_tower(model)
     shape = tuple(output.shape)
@@ -357,7 +357,7 @@ def detect_layout(model: "LoadedModel", layer_name: str, output: torch.Tensor, b
     return Layout(kind, 0 if kind == "tokens_nld" else 1, 2, prefix=p, grid=g)
 
 
-def _known_channels(model: "LoadedModel", layer_name: str) -> int | None:
+def _known_channels(model: LoadedModel, layer_name: str) -> int | None:
     """Channel count of a stage from timm's ``feature_info`` (to spot NHWC outputs)."""
     prefix, tower = vision_tower(model)
     info = getattr(tower, "feature_info", None)

@@ -9,7 +9,7 @@ image and passed through those steps *with the image's own interpolation* (so re
 like the image, antialiasing included), then thresholded at half (a downscaled mask pixel is
 relevant when most of its area is). Padding is filled with 0 (not relevant).
 
-Bad masks (DESIGN.md "The dataset on disk" allows 0/1 or instance ids):
+Bad masks (docs/design.md "The dataset on disk" allows 0/1 or instance ids):
 
 - instance ids / 0-255 masks: every non-zero pixel is the object (the union, papers/004 §3.1);
 - a mask whose size differs from the image's: resized to the image when the aspect ratios agree

@@ -27,6 +27,9 @@ grad-rollout   as rollout with ``mean_heads(relu(P_l * dy/dP_l))``             G
                                                                                (vit-explain)
 =============  ==============================================================  ==============
 
+The method table (name, family, gradients, default layer rule, paper) is
+:data:`curate.saliency.registry.METHODS`, importable without torch.
+
 Default layers (any other can be named with ``layer=``; :mod:`curate.saliency.layers`):
 
 - gradcam, gradcam++, xgradcam, layercam, eigencam, eigengradcam, scorecam, ablationcam: one
@@ -45,64 +48,10 @@ of Seg-Eigen-CAM, Chung & Ying 2025, which pytorch-grad-cam ships as
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-
-@dataclass(frozen=True)
-class MethodInfo:
-    """What a method needs and does."""
-
-    name: str
-    family: str  # gradient | eigen | score | ablation | fullgrad | rollout
-    uses_layer: bool
-    target_dependent: bool
-    vit_only: bool = False
-    needs_gradients: bool = True
-    summary: str = ""
-
-
-METHODS: dict[str, MethodInfo] = {
-    m.name: m
-    for m in (
-        MethodInfo("gradcam", "gradient", True, True, summary="channel weights = spatial mean of the gradient"),
-        MethodInfo("gradcam++", "gradient", True, True, summary="higher-order positive-gradient weights"),
-        MethodInfo("xgradcam", "gradient", True, True, summary="activation-normalised gradient weights"),
-        MethodInfo("layercam", "gradient", True, True, summary="element-wise positive-gradient weights"),
-        MethodInfo("eigengradcam", "gradient", True, True, summary="first principal component of G*A"),
-        MethodInfo("eigencam", "eigen", True, False, needs_gradients=False,
-                   summary="first principal component of A (target ignored)"),
-        MethodInfo("scorecam", "score", True, True, needs_gradients=False,
-                   summary="softmax of the target score of the input masked by each channel"),
-        MethodInfo("ablationcam", "ablation", True, True, needs_gradients=False,
-                   summary="relative drop of the target score when each channel is ablated"),
-        MethodInfo("fullgrad", "fullgrad", False, True, summary="input-gradient plus bias-gradients of all conv/BN layers"),
-        MethodInfo("rollout", "rollout", False, False, vit_only=True, needs_gradients=False,
-                   summary="attention rollout from the class token (target ignored)"),
-        MethodInfo("grad-rollout", "rollout", False, True, vit_only=True,
-                   summary="gradient-weighted attention rollout"),
-    )
-}
-
-#: Accepted spellings -> canonical names.
-ALIASES: dict[str, str] = {
-    "grad-cam": "gradcam", "gradcampp": "gradcam++", "gradcamplusplus": "gradcam++", "grad-cam++": "gradcam++",
-    "x-gradcam": "xgradcam", "layer-cam": "layercam", "eigen-cam": "eigencam", "eigen-gradcam": "eigengradcam",
-    "score-cam": "scorecam", "ablation-cam": "ablationcam", "full-grad": "fullgrad", "attention-rollout": "rollout",
-    "gradrollout": "grad-rollout", "gar": "grad-rollout", "grad_rollout": "grad-rollout",
-}
-
-
-def method_info(name: str) -> MethodInfo:
-    """The :class:`MethodInfo` of ``name`` (aliases accepted), or a clear error listing the methods."""
-    from curate.saliency.base import SaliencyError
-
-    key = str(name).strip().lower()
-    key = ALIASES.get(key, key)
-    if key not in METHODS:
-        raise SaliencyError(f"unknown saliency method {name!r}; methods: {', '.join(METHODS)}")
-    return METHODS[key]
+# the method table lives in the torch-free registry; re-exported here for older imports
+from curate.saliency.registry import ALIASES, METHODS, MethodInfo, method_info  # noqa: F401
 
 
 # ---------------------------------------------------------------------------- gradient CAMs

@@ -1,16 +1,22 @@
-"""What a saliency map explains: the target spec and the logits it is read from.
+"""What a saliency map explains: the target objects and the logits they are read from.
 
-Targets (``--target``):
+Targets (``--target``), small objects as in pytorch-grad-cam, parsed once at the edge by
+:func:`parse_target`:
 
-- ``true``: the image's own class (the dataset's ``class_index``);
-- ``predicted``: the top-1 logit;
-- ``topk:K``: the K highest logits, one map each (K maps per image from one forward pass).
+- :class:`TrueClass` (``true``): the image's own class (the dataset's ``class_index``);
+- :class:`Predicted` (``predicted``): the top-1 logit;
+- :class:`TopK` (``topk:K``): the K highest logits, one map each (K maps per image from one
+  forward pass).
+
+Each has ``kind``, ``k`` (maps per image), ``needs_labels``, ``select(logits, labels)`` (the
+``(N, K)`` logit columns to explain) and ``str()`` (its ``--target`` spelling, recorded in runs).
 
 Logits (the target *score*, the quantity whose gradient/ablation/... the CAM reads):
 
 - a CLIP: the zero-shot logit of class c, ``100 * normalize(f(x)) @ w_c`` with ``w_c`` the
-  cached text embedding of c in the chosen label space and prompts (DESIGN.md "Definitions";
-  :func:`curate.zeroshot.cached_text_classifier`). Not a softmax over a handful of labels: the
+  cached text embedding of c in the chosen label space and prompts (docs/design.md "Definitions";
+  :func:`curate.zeroshot.cached_text_classifier`; the scale is
+  :data:`curate.zeroshot.classifier.LOGIT_SCALE`). Not a softmax over a handful of labels: the
   raw scaled cosine, so the target of class c does not depend on which other labels are scored.
 - a timm classifier: its own class logit (pre-softmax), ImageNet-1K index order.
 
@@ -21,66 +27,110 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import torch
 import torch.nn.functional as F
 
 from curate.saliency.base import SaliencyError
+from curate.zeroshot.classifier import LOGIT_SCALE
 
 if TYPE_CHECKING:  # pragma: no cover
     from curate.models.base import LoadedModel
 
-#: Scale of CLIP zero-shot logits (DESIGN.md "Definitions").
-CLIP_LOGIT_SCALE = 100.0
+__all__ = ["Predicted", "ScoreHead", "Target", "TopK", "TrueClass", "clip_classifier", "parse_target"]
 
 
-@dataclass(frozen=True)
-class TargetSpec:
-    """A parsed ``--target``: ``kind`` in {true, predicted, topk} and ``k`` maps per image."""
+class Target:
+    """What a map explains: which logit columns of each image (see the module docstring)."""
 
-    kind: str
+    #: ``true``, ``predicted`` or ``topk``.
+    kind: ClassVar[str] = ""
+    #: Whether :meth:`select` needs the images' labels.
+    needs_labels: ClassVar[bool] = False
+    #: Maps per image.
     k: int = 1
-
-    @classmethod
-    def parse(cls, spec: "str | TargetSpec") -> "TargetSpec":
-        """``"true"``, ``"predicted"`` or ``"topk:K"`` (K >= 1)."""
-        if isinstance(spec, TargetSpec):
-            return spec
-        text = str(spec).strip().lower()
-        if text in ("true", "label", "gt"):
-            return cls("true", 1)
-        if text in ("predicted", "pred", "top1"):
-            return cls("predicted", 1)
-        if text.startswith("topk:") or text.startswith("top:"):
-            value = text.split(":", 1)[1]
-            if value.isdigit() and int(value) >= 1:
-                return cls("topk", int(value))
-        raise SaliencyError(f"target {spec!r} is not 'true', 'predicted' or 'topk:K' (K >= 1)")
-
-    def __str__(self) -> str:
-        return f"topk:{self.k}" if self.kind == "topk" else self.kind
 
     def select(self, logits: torch.Tensor, labels: torch.Tensor | None) -> torch.Tensor:
         """``(N, K)`` target columns from ``(N, C)`` logits and ``(N,)`` label columns."""
-        if self.kind == "true":
-            if labels is None:
-                raise SaliencyError("target 'true' needs the images' labels")
-            labels = labels.to(logits.device).long().view(-1, 1)
-            if bool((labels < 0).any()) or bool((labels >= logits.shape[1]).any()):
-                raise SaliencyError("a label is outside the scored classes; every true class must be a column")
-            return labels
-        if self.kind == "predicted":
-            return logits.argmax(dim=1, keepdim=True)
+        raise NotImplementedError
+
+    def __str__(self) -> str:
+        return self.kind
+
+
+@dataclass(frozen=True)
+class TrueClass(Target):
+    """The image's own class (``--target true``)."""
+
+    kind: ClassVar[str] = "true"
+    needs_labels: ClassVar[bool] = True
+
+    def select(self, logits: torch.Tensor, labels: torch.Tensor | None) -> torch.Tensor:
+        if labels is None:
+            raise SaliencyError("target 'true' needs the images' labels")
+        labels = labels.to(logits.device).long().view(-1, 1)
+        if bool((labels < 0).any()) or bool((labels >= logits.shape[1]).any()):
+            raise SaliencyError("a label is outside the scored classes; every true class must be a column")
+        return labels
+
+    def __str__(self) -> str:
+        return self.kind
+
+
+@dataclass(frozen=True)
+class Predicted(Target):
+    """The top-1 logit (``--target predicted``)."""
+
+    kind: ClassVar[str] = "predicted"
+
+    def select(self, logits: torch.Tensor, labels: torch.Tensor | None) -> torch.Tensor:
+        return logits.argmax(dim=1, keepdim=True)
+
+    def __str__(self) -> str:
+        return self.kind
+
+
+@dataclass(frozen=True)
+class TopK(Target):
+    """The ``k`` highest logits, one map each (``--target topk:K``)."""
+
+    k: int = 1
+    kind: ClassVar[str] = "topk"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 1:
+            raise SaliencyError(f"topk needs K >= 1, got {self.k!r}")
+
+    def select(self, logits: torch.Tensor, labels: torch.Tensor | None) -> torch.Tensor:
         if self.k > logits.shape[1]:
             raise SaliencyError(f"target topk:{self.k} asks for more classes than the {logits.shape[1]} scored")
         return logits.topk(self.k, dim=1).indices
+
+    def __str__(self) -> str:
+        return f"topk:{self.k}"
+
+
+def parse_target(spec: str | Target) -> Target:
+    """``"true"``, ``"predicted"`` or ``"topk:K"`` (K >= 1) as a :class:`Target`; a target is returned as is."""
+    if isinstance(spec, Target):
+        return spec
+    text = str(spec).strip().lower()
+    if text in ("true", "label", "gt"):
+        return TrueClass()
+    if text in ("predicted", "pred", "top1"):
+        return Predicted()
+    if text.startswith(("topk:", "top:")):
+        value = text.split(":", 1)[1]
+        if value.isdigit() and int(value) >= 1:
+            return TopK(int(value))
+    raise SaliencyError(f"target {spec!r} is not 'true', 'predicted' or 'topk:K' (K >= 1)")
 
 
 class ScoreHead:
     """Turns an input batch into ``(N, C)`` logits over ``columns`` (with autograd left to the caller)."""
 
-    def __init__(self, model: "LoadedModel", *, classifier: torch.Tensor | None = None,
+    def __init__(self, model: LoadedModel, *, classifier: torch.Tensor | None = None,
                  columns: Sequence[int] | None = None) -> None:
         self.model = model
         if model.kind == "clip":
@@ -117,7 +167,7 @@ class ScoreHead:
         """Logits ``(N, C)`` float32 for an input already on the device (grad mode is the caller's)."""
         if self.weights is not None:
             feats = self.model.encode_image(x, normalize=True, grad=True)
-            return CLIP_LOGIT_SCALE * feats @ self.weights.t()
+            return LOGIT_SCALE * feats @ self.weights.t()
         logits = self.model.logits(x, grad=True)
         return logits if self._index is None else logits.index_select(1, self._index)
 
@@ -129,12 +179,12 @@ class ScoreHead:
 
 
 def clip_classifier(
-    model: "LoadedModel",
+    model: LoadedModel,
     class_names: Sequence[str],
-    prompts: "str | object" = "simple",
-    cache_dir: "str | None" = None,
+    prompts: str | object = "simple",
+    cache_dir: str | None = None,
 ) -> torch.Tensor:
-    """The zero-shot text classifier ``W (C, D)`` for ``class_names`` (DESIGN.md "Definitions").
+    """The zero-shot text classifier ``W (C, D)`` for ``class_names`` (docs/design.md "Definitions").
 
     ``prompts``: ``"simple"``, ``"openai"``, a template file, or a
     :class:`curate.zeroshot.PromptSet`. Cached under ``cache_dir`` when given.

@@ -2,7 +2,8 @@
 
 For a sample of class c and each background b of the dataset's vocabulary, the prompt
 embedding ``w_{c,b}`` averages the templates of ``datasets/backgrounds.yaml`` (or the user's),
-filled with c's name and b's phrase; the sample's scores are ``100 * <f, w_{c,b}>`` and
+filled with c's name and b's phrase; the sample's scores are ``LOGIT_SCALE * <f, w_{c,b}>``
+(CLIP's 100, :data:`curate.zeroshot.classifier.LOGIT_SCALE`) and
 ``p(b) = softmax_b`` of them. The label is the argmax, ``background_score`` its probability,
 ``background_source = "model"``; a probability below ``threshold`` adds the tag
 ``review:background`` so people see it first. Labels from people (``human``) and from the
@@ -11,14 +12,17 @@ refreshed. Image embeddings come from the feature cache (the same as evaluation)
 
 ``measure=True`` writes nothing: it predicts for samples that already carry a human or
 synthetic label and reports agreement, the per-background confusion and chance levels.
+
+This module holds the pieces; the stage (dataset in, labels and a report out) is
+:func:`curate.stages.label_backgrounds.label_backgrounds`.
 """
 from __future__ import annotations
 
 import logging
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import torch
@@ -26,6 +30,7 @@ import torch.nn.functional as F
 import yaml
 
 from curate.paths import data_file
+from curate.zeroshot.classifier import LOGIT_SCALE
 
 logger = logging.getLogger(__name__)
 
@@ -95,71 +100,38 @@ def predict_backgrounds(ds, model, rows: Sequence[dict], vocabulary: Sequence[st
     position = {c: i for i, c in enumerate(present)}
     image = torch.from_numpy(feats.values)
     per_sample_w = weights[[position[int(by_id[s]["class_index"])] for s in feats.sample_ids]]  # (N, B, D)
-    logits = 100.0 * torch.einsum("nd,nbd->nb", F.normalize(image, dim=-1), per_sample_w)
+    logits = LOGIT_SCALE * torch.einsum("nd,nbd->nb", F.normalize(image, dim=-1), per_sample_w)
     return feats.sample_ids, torch.softmax(logits, dim=1).numpy(), feats.failed
 
 
-def label_backgrounds(
-    dataset_root: Path, model_name: str, pretrained: str | None = None, *, prompts_file: Path | None = None,
-    threshold: float = 0.5, measure: bool = False, device: str = "auto", batch_size: int = 256,
-    workers: int | None = None, progress=None,
-) -> BackgroundReport:
-    """Pre-label (or, with ``measure``, score against existing labels); see the module docstring."""
-    from curate.models import load_model
-    from curate.store import Dataset
-
-    if not 0.0 <= threshold <= 1.0:
-        raise ValueError(f"--threshold must be in [0, 1], got {threshold}")
-    ds = Dataset.open(dataset_root)
-    prompts = load_background_prompts(prompts_file)
-    vocabulary = list(ds.backgrounds)
-    model = load_model(model_name, pretrained, device=device)
-    if model.kind != "clip":
-        raise ValueError(f"background pre-labels need a CLIP (text prompts); {model.model_id} is a classifier")
-    rows = [r for r in ds.rows() if r["class_index"] is not None and r["status"] != "rejected"]
+def measure_agreement(ids: Sequence[str], probs: np.ndarray, present: Sequence[str],
+                      truth: dict[str, str]) -> BackgroundReport:
+    """Agreement of the argmax pre-labels with the existing labels ``truth`` (``measure`` mode)."""
     report = BackgroundReport()
-    if measure:
-        target = [r for r in rows if r["background"] is not None and r["background_source"] in PROTECTED_SOURCES]
-        if not target:
-            raise ValueError("nothing to measure against: no sample has a human or synthetic background label")
-        present = sorted({r["background"] for r in target})
-        ids, probs, failed = predict_backgrounds(ds, model, target, present, prompts, batch_size=batch_size,
-                                                 workers=workers, progress=progress)
-        truth = {r["sample_id"]: r["background"] for r in target}
-        predicted = [present[i] for i in probs.argmax(axis=1)]
-        actual = [truth[s] for s in ids]
-        report.n_measured = len(ids)
-        report.agreement = float(np.mean([p == a for p, a in zip(predicted, actual)])) if ids else float("nan")
-        counts = Counter(actual)
-        report.chance_uniform = 1.0 / len(present)
-        report.chance_majority = max(counts.values()) / len(actual) if actual else float("nan")
-        for a, p in zip(actual, predicted):
-            report.confusion.setdefault(a, {}).setdefault(p, 0)
-            report.confusion[a][p] += 1
-        report.per_background_recall = {b: report.confusion.get(b, {}).get(b, 0) / counts[b] for b in counts}
-        report.failed = failed
-        return report
-    target = [r for r in rows if r["background"] is None or r["background_source"] == "model"]
-    report.skipped_protected = sum(1 for r in rows if r["background"] is not None and r["background_source"] in PROTECTED_SOURCES)
-    if not target:
-        return report
-    ids, probs, failed = predict_backgrounds(ds, model, target, vocabulary, prompts, batch_size=batch_size,
-                                             workers=workers, progress=progress)
-    report.failed = failed
-    by_id = {r["sample_id"]: r for r in target}
-    per_sample = {}
+    predicted = [present[i] for i in probs.argmax(axis=1)] if len(ids) else []
+    actual = [truth[s] for s in ids]
+    report.n_measured = len(ids)
+    report.agreement = float(np.mean([p == a for p, a in zip(predicted, actual)])) if ids else float("nan")
+    counts = Counter(actual)
+    report.chance_uniform = 1.0 / len(present)
+    report.chance_majority = max(counts.values()) / len(actual) if actual else float("nan")
+    for a, p in zip(actual, predicted):
+        report.confusion.setdefault(a, {}).setdefault(p, 0)
+        report.confusion[a][p] += 1
+    report.per_background_recall = {b: report.confusion.get(b, {}).get(b, 0) / counts[b] for b in counts}
+    return report
+
+
+def pre_label_updates(ids: Sequence[str], probs: np.ndarray, vocabulary: Sequence[str], rows_by_id: dict[str, dict],
+                      threshold: float) -> tuple[dict[str, dict], int]:
+    """Per-sample updates (background, score, source ``model``, tags) and how many fell below ``threshold``."""
+    per_sample, low = {}, 0
     for sid, p in zip(ids, probs):
         best = int(p.argmax())
-        tags = [t for t in (by_id[sid]["tags"] or []) if t != REVIEW_TAG]
+        tags = [t for t in (rows_by_id[sid]["tags"] or []) if t != REVIEW_TAG]
         if p[best] < threshold:
             tags.append(REVIEW_TAG)
-            report.low_confidence += 1
+            low += 1
         per_sample[sid] = {"background": vocabulary[best], "background_score": float(p[best]),
                            "background_source": "model", "tags": tags}
-    ds.update(list(per_sample), per_sample=per_sample, actor=f"label-backgrounds:{model.model_id}",
-              reason="CLIP background pre-label")
-    report.labelled = len(per_sample)
-    ds.record_provenance("label_backgrounds", {"model_id": model.model_id, "templates": list(prompts.templates),
-                                               "threshold": threshold, "labelled": report.labelled,
-                                               "low_confidence": report.low_confidence})
-    return report
+    return per_sample, low

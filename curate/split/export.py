@@ -6,7 +6,7 @@
 plus ``OUT/metadata.csv`` (one row per file: path, class index and name, group, background,
 licence, attribution, source URL, sample id), so licences travel with every image. Only the
 kept classes' easy/hard samples are exported. Images whose licence forbids redistribution or
-derivatives (ND, all rights reserved; :data:`curate.collect.licenses.RESTRICTED`) or that
+derivatives (ND, all rights reserved; :data:`curate.licenses.RESTRICTED`) or that
 carry no licence are left out unless ``include_restricted``; the count is reported.
 A class name shared by several classes (ImageNet's two "missile") gets its index appended.
 The folder is written to a temporary sibling and renamed into place, so an interrupted
@@ -22,7 +22,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from curate.collect.licenses import RESTRICTED, normalize_license
+from curate.licenses import RESTRICTED, normalize_license
 from curate.runs import slug
 
 

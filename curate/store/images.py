@@ -7,8 +7,17 @@ What is stored for an input image (and why):
 - Anything else is converted and re-encoded: EXIF orientation is applied (the stored image is
   the upright one; its EXIF is dropped so no viewer rotates it twice), grayscale / palette /
   CMYK / YCbCr become RGB, alpha (LA, RGBA, PA, palette transparency) is composited over white,
-  16-bit samples are scaled to 8 bits (v8 = round(v16 * 255 / 65535)). JPEG sources are
-  re-encoded as JPEG (quality 95), everything else (and in-memory PIL images) as PNG.
+  16-bit samples are scaled to 8 bits (v8 = round(v16 * 255 / 65535)). Every converted image
+  (and every in-memory PIL image) is stored as PNG, whatever its source format, so the stored
+  pixels are exactly the converted ones: ``ImageOps.exif_transpose(img).convert("RGB")`` (or the
+  16->8 bit rule above), with no second lossy step. A JPEG re-encode (even at quality 95, with
+  chroma subsampling) left a CMYK photo up to 42 levels from its own RGB conversion (issue 14 §5).
+  Why PNG rather than keeping the original bytes and converting on read: the media folder is
+  read directly by tools curate does not control (FiftyOne, Label Studio, ``datasets``, any image
+  viewer), which would each see the raw CMYK / 16-bit / sideways file; storing the converted
+  pixels keeps "what is stored is what every reader sees". The price is size (a PNG photo is a
+  few times its JPEG), paid only for converted inputs; upright 8-bit RGB files stay verbatim.
+  The extension follows the stored format (``png``), and the sha256 is that of the PNG bytes.
 - Dedup and ``sample_id`` use the sha256 of these stored bytes (content addressing).
 
 An input that cannot be decoded in full (truncated, corrupt, not an image, too large, an
@@ -25,17 +34,17 @@ import hashlib
 import io
 import logging
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Union
 
 import numpy as np
 from PIL import Image, ImageFile, ImageOps
 
 log = logging.getLogger(__name__)
 
-ImageInput = Union[Path, str, bytes, bytearray, memoryview, Image.Image]
-MaskInput = Union[np.ndarray, Path, str, bytes, bytearray, memoryview]
+ImageInput = Path | str | bytes | bytearray | memoryview | Image.Image
+MaskInput = np.ndarray | Path | str | bytes | bytearray | memoryview
 
 #: Reason codes recorded for quarantined inputs (``quarantine.jsonl``), with their meaning.
 QUARANTINE_REASONS: dict[str, str] = {
@@ -53,7 +62,6 @@ QUARANTINE_REASONS: dict[str, str] = {
 
 #: Source formats whose RGB 8-bit upright files are stored unchanged, with their extension.
 _VERBATIM_FORMATS = {"JPEG": "jpg", "MPO": "jpg", "PNG": "png"}
-_JPEG_FORMATS = {"JPEG", "MPO"}
 _EXIF_ORIENTATION = 0x0112
 _WHITE = (255, 255, 255)
 
@@ -72,7 +80,7 @@ class PreparedImage:
     """An image ready to store: its bytes, their sha256, extension and upright size.
 
     ``conversions`` lists what was done to the source ("exif_transpose", "mode CMYK->RGB",
-    "16-bit->8-bit", "alpha over white", "re-encoded JPEG", ...); empty when stored verbatim.
+    "16-bit->8-bit", "alpha over white", "re-encoded PNG", ...); empty when stored verbatim.
     """
 
     data: bytes
@@ -165,6 +173,33 @@ def _scale16(array: np.ndarray) -> np.ndarray:
     return ((wide * 255 + 32767) // 65535).astype(np.uint8)
 
 
+def _png16_colour(data: bytes, img: Image.Image) -> np.ndarray | None:
+    """The exact samples (H x W x 3 or 4, uint16) of a 16-bit RGB / RGBA PNG, else None.
+
+    Pillow has no 16-bit colour mode: it decodes such a PNG to 8 bits by keeping each sample's
+    high byte (v >> 8), which is not the rule curate applies to 16-bit gray (round(v * 255 /
+    65535)). Decoding the file a second time with the little-endian unpacker yields the low
+    bytes (the PNG unfiltering is the same), so v = high * 256 + low, and every 16-bit input
+    follows the one rule. (16-bit gray+alpha opens as RGBA with no such twin unpacker and keeps
+    Pillow's high byte.)
+    """
+    if img.format != "PNG" or data[12:16] != b"IHDR" or len(data) < 26 or data[24] != 16 or data[25] not in (2, 6):
+        return None
+    high = np.asarray(img)
+    with _strict_decoding():
+        try:
+            twin = Image.open(io.BytesIO(data))
+            twin.tile = [(t[0], t[1], t[2], f"{twin.mode};16L") for t in twin.tile]
+            twin.load()
+            low = np.asarray(twin)
+        except Exception as exc:  # noqa: BLE001 - the first decode worked; this one should too
+            log.warning("16-bit PNG: low bytes do not decode (%s); keeping Pillow's 8-bit reading", exc)
+            return None
+    if low.shape != high.shape:
+        return None
+    return high.astype(np.uint16) * 256 + low
+
+
 def to_rgb8(img: Image.Image) -> tuple[Image.Image, list[str]]:
     """Convert any Pillow mode to 8-bit RGB; returns the image and what was done.
 
@@ -203,18 +238,13 @@ def to_rgb8(img: Image.Image) -> tuple[Image.Image, list[str]]:
         raise ImageRejected("unsupported_mode", f"cannot convert mode {mode} to RGB: {exc}") from None
 
 
-def _encode(img: Image.Image, fmt: str, icc_profile: bytes | None) -> bytes:
+def _encode_png(img: Image.Image, icc_profile: bytes | None) -> bytes:
+    """Lossless PNG bytes of an 8-bit RGB image (the stored form of every converted image)."""
     buffer = io.BytesIO()
-    if fmt == "JPEG":
-        kwargs = {"quality": 95}
-        if icc_profile:
-            kwargs["icc_profile"] = icc_profile
-        img.save(buffer, "JPEG", **kwargs)
-    else:
-        kwargs = {"compress_level": 6}
-        if icc_profile:
-            kwargs["icc_profile"] = icc_profile
-        img.save(buffer, "PNG", **kwargs)
+    kwargs: dict[str, object] = {"compress_level": 6}
+    if icc_profile:
+        kwargs["icc_profile"] = icc_profile
+    img.save(buffer, "PNG", **kwargs)
     return buffer.getvalue()
 
 
@@ -229,7 +259,8 @@ def prepare_image(image: ImageInput) -> PreparedImage:
     img = decode(data)
     fmt = img.format
     orientation = _orientation(img)
-    if fmt in _VERBATIM_FORMATS and img.mode == "RGB" and orientation == 1:
+    wide = _png16_colour(data, img)
+    if fmt in _VERBATIM_FORMATS and img.mode == "RGB" and orientation == 1 and wide is None:
         return PreparedImage(
             data=data, sha256=hashlib.sha256(data).hexdigest(), ext=_VERBATIM_FORMATS[fmt],
             width=img.width, height=img.height, source_format=fmt,
@@ -237,16 +268,21 @@ def prepare_image(image: ImageInput) -> PreparedImage:
     notes: list[str] = []
     keep_icc = img.mode == "RGB"  # a CMYK/gray profile does not describe the converted pixels
     icc = img.info.get("icc_profile") if keep_icc else None
+    if wide is not None:
+        exact = Image.fromarray(_scale16(wide), mode=img.mode)
+        exact.info = dict(img.info)  # EXIF / XMP orientation, for exif_transpose below
+        img = exact
+        notes.append("16-bit->8-bit")
     if orientation != 1:
         img = ImageOps.exif_transpose(img)
         notes.append("exif_transpose")
     img, converted = to_rgb8(img)
     notes.extend(converted)
-    out_format = "JPEG" if fmt in _JPEG_FORMATS else "PNG"
-    notes.append(f"re-encoded {out_format}")
-    data = _encode(img, out_format, icc)
+    # PNG, not the source's format: lossless, so the stored pixels are the converted ones (module doc)
+    notes.append("re-encoded PNG")
+    data = _encode_png(img, icc)
     return PreparedImage(
-        data=data, sha256=hashlib.sha256(data).hexdigest(), ext="jpg" if out_format == "JPEG" else "png",
+        data=data, sha256=hashlib.sha256(data).hexdigest(), ext="png",
         width=img.width, height=img.height, source_format=fmt, conversions=tuple(notes),
     )
 
@@ -264,7 +300,7 @@ def _prepare_pil(image: Image.Image) -> PreparedImage:
         notes.append("exif_transpose")
     image, converted = to_rgb8(image)
     notes.extend(converted)
-    data = _encode(image, "PNG", None)
+    data = _encode_png(image, None)
     return PreparedImage(
         data=data, sha256=hashlib.sha256(data).hexdigest(), ext="png",
         width=image.width, height=image.height, source_format=None, conversions=tuple(notes),

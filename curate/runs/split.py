@@ -1,0 +1,323 @@
+"""The split run: spurious discovery on a dataset folder (``curate split``, papers/003 §2.1).
+
+Files (``runs/<name>/``):
+
+- ``config.json``: ``rule`` (the :class:`curate.split.discovery.SplitRule` fields), ``references``
+  (one entry per reference evaluation run: run, name, pretrained, model_id, label_space,
+  prompts), ``reference`` (the first of them), ``prompt``, ``pins``, ``label_sources`` (how many
+  of the background labels the rule used came from people, the synthetic world, or a model),
+  the counts (``kept_classes``, ``dropped_classes``, ``easy_samples``, ``hard_samples``) and
+  ``changed`` (samples whose group this run changed);
+- ``split.json``: ``classes`` (one row per class: the decision, easy/hard backgrounds and
+  accuracies, the in-sample drop and its interval, the permutation p-value, the cross-fitted
+  drop, counts and every (class, background) cell), plus the noise summary, the reference drop
+  and the config again for readers outside curate;
+- ``split.md`` / ``split.csv`` (the paper's Tables 1 and 5 with curate's columns),
+  ``cells.csv`` (every class x background accuracy), ``fig3_counts.png`` and ``fig4_drops.png``.
+
+Version 1 (before cross-fitting and label sources) has the same files; it loads with
+``rule.crossfit_folds = 0``, NaN cross-fitted drops and unknown label sources.
+
+Accuracies and drops are fractions in [0, 1]; tables print them as points.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, ClassVar, NamedTuple
+
+from curate.jsonio import read_json, write_json
+from curate.runs.base import RunError, RunRecord, register_run_kind, write_bytes
+from curate.split.discovery import ClassSplit, NoiseSummary, SplitRule, noise_summary
+
+__all__ = ["PAPER_PROMPT", "LabelSources", "ReferenceDrop", "SplitCell", "SplitClass", "SplitReference", "SplitRun"]
+
+#: The prompt of the paper's split (papers/003 §2.1).
+PAPER_PROMPT = "A photo of {}."
+
+
+def _f(x: Any) -> float:
+    return float("nan") if x is None else float(x)
+
+
+def _pair(x: Any) -> tuple[float, float]:
+    return (_f(x[0]), _f(x[1])) if x else (float("nan"), float("nan"))
+
+
+@dataclass(frozen=True)
+class SplitCell:
+    """One (class, background) cell: the reference accuracy (fraction), n, interval, eligibility."""
+
+    background: str
+    n: int
+    accuracy: float
+    ci: tuple[float, float]
+    eligible: bool
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SplitCell:
+        return cls(str(d["background"]), int(d["n"]), _f(d.get("accuracy")), _pair(d.get("ci")), bool(d.get("eligible")))
+
+
+@dataclass(frozen=True)
+class SplitClass:
+    """The decision for one class (accuracies and drops are fractions)."""
+
+    class_index: int
+    class_name: str
+    kept: bool
+    reason: str
+    pinned: bool = False
+    easy: str | None = None
+    hard: str | None = None
+    easy_acc: float = float("nan")
+    hard_acc: float = float("nan")
+    drop: float = float("nan")  # in-sample: measured on the samples that chose easy and hard
+    drop_ci: tuple[float, float] = (float("nan"), float("nan"))
+    p_value: float = float("nan")  # permutation test of max - min over the eligible backgrounds
+    crossfit_drop: float = float("nan")  # selection-corrected (cross-fitted) drop
+    crossfit_note: str = ""
+    n_easy: int = 0
+    n_hard: int = 0
+    cells: tuple[SplitCell, ...] = ()
+
+    @classmethod
+    def from_split(cls, split: ClassSplit, class_name: str) -> SplitClass:
+        """The record row of a :class:`curate.split.discovery.ClassSplit`."""
+        values = {f.name: getattr(split, f.name) for f in fields(ClassSplit) if f.name != "cells"}
+        cells = tuple(SplitCell(c.background, c.n, c.accuracy, tuple(c.ci), c.eligible) for c in split.cells)
+        return cls(class_name=class_name, cells=cells, **{k: v for k, v in values.items() if k in _ROW_FIELDS})
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SplitClass:
+        return cls(
+            class_index=int(d["class_index"]), class_name=str(d.get("class_name") or ""), kept=bool(d["kept"]),
+            reason=str(d.get("reason") or ""), pinned=bool(d.get("pinned")), easy=d.get("easy"), hard=d.get("hard"),
+            easy_acc=_f(d.get("easy_acc")), hard_acc=_f(d.get("hard_acc")), drop=_f(d.get("drop")),
+            drop_ci=_pair(d.get("drop_ci")), p_value=_f(d.get("p_value")), crossfit_drop=_f(d.get("crossfit_drop")),
+            crossfit_note=str(d.get("crossfit_note") or ""), n_easy=int(d.get("n_easy") or 0),
+            n_hard=int(d.get("n_hard") or 0), cells=tuple(SplitCell.from_dict(c) for c in d.get("cells") or ()),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def label(self) -> str:
+        """``"<index> <name>"`` (and `` (pinned)``), as tables show the class."""
+        return f"{self.class_index} {self.class_name}" + (" (pinned)" if self.pinned else "")
+
+    def distinguishable(self, alpha: float = 0.05) -> bool:
+        """The permutation test rejects "background does not matter" at ``alpha``."""
+        return math.isfinite(self.p_value) and self.p_value < alpha
+
+
+_ROW_FIELDS = {f.name for f in fields(SplitClass)}
+
+
+@dataclass(frozen=True)
+class SplitReference:
+    """One reference evaluation run whose correctness the rule used."""
+
+    run: str
+    name: str | None
+    pretrained: str | None
+    model_id: str | None
+    label_space: str | None
+    prompts: tuple[str, ...] | None
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SplitReference:
+        prompts = d.get("prompts")
+        return cls(str(d.get("run") or ""), d.get("name"), d.get("pretrained"), d.get("model_id"), d.get("label_space"),
+                   tuple(prompts) if prompts is not None else None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"run": self.run, "name": self.name, "pretrained": self.pretrained, "model_id": self.model_id,
+                "label_space": self.label_space, "prompts": list(self.prompts) if self.prompts is not None else None}
+
+    @property
+    def is_paper_setting(self) -> bool:
+        """1 vs 1000 over ImageNet-1K with "A photo of {}." (papers/003 §2.1)."""
+        return self.label_space == "imagenet1k" and tuple(self.prompts or ()) == (PAPER_PROMPT,)
+
+
+@dataclass(frozen=True)
+class LabelSources:
+    """Where the background labels the rule used came from (counts of samples)."""
+
+    human: int = 0
+    synthetic: int = 0
+    model: int = 0
+    other: int = 0  # a label with no recorded source
+
+    @classmethod
+    def count(cls, sources: Sequence[str | None]) -> LabelSources:
+        values = {"human": 0, "synthetic": 0, "model": 0, "other": 0}
+        for s in sources:
+            values[s if s in ("human", "synthetic", "model") else "other"] += 1
+        return cls(**values)
+
+    @property
+    def total(self) -> int:
+        return self.human + self.synthetic + self.model + self.other
+
+    @property
+    def text(self) -> str:
+        """``"background labels: 120 human, 0 synthetic, 0 model"`` (``other`` only when present)."""
+        parts = [f"{self.human} human", f"{self.synthetic} synthetic", f"{self.model} model"]
+        parts += [f"{self.other} without a source"] if self.other else []
+        return "background labels used: " + ", ".join(parts)
+
+    def to_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+class ReferenceDrop(NamedTuple):
+    """The reference model's mean drop over the kept classes (fractions)."""
+
+    in_sample: float  # on the samples that chose easy and hard (how the paper reports it)
+    corrected: float  # cross-fitted (selection-corrected)
+
+
+@register_run_kind
+@dataclass
+class SplitRun(RunRecord):
+    """Config and results of one split (see the module docstring)."""
+
+    KIND: ClassVar[str] = "split"
+    VERSION: ClassVar[int] = 2  # 2: cross-fitted drops, label sources, noise summary
+    MARKDOWN: ClassVar[str] = "split.md"
+    CSV: ClassVar[str] = "split.csv"
+    CELLS: ClassVar[str] = "cells.csv"
+    SUMMARY: ClassVar[str] = "split.json"
+    FIG_COUNTS: ClassVar[str] = "fig3_counts.png"
+    FIG_DROPS: ClassVar[str] = "fig4_drops.png"
+
+    rule: SplitRule
+    references: list[SplitReference]
+    classes: list[SplitClass]
+    label_sources: LabelSources | None = None  # None: a version 1 run (not recorded)
+    pins: dict[int, tuple[str, str]] = field(default_factory=dict)
+    changed: int | None = None  # samples whose group this run changed (None: not recorded)
+    prompt: str = PAPER_PROMPT
+    run_dir: Path | None = None
+
+    # -- record protocol
+    def config_dict(self) -> dict[str, Any]:
+        kept = self.kept
+        return {
+            "rule": asdict(self.rule), "references": [r.to_dict() for r in self.references],
+            "reference": self._reference_dict(), "prompt": self.prompt,
+            "pins": {str(c): list(v) for c, v in sorted(self.pins.items())},
+            "label_sources": self.label_sources.to_dict() if self.label_sources else None,
+            "kept_classes": len(kept), "dropped_classes": len(self.classes) - len(kept),
+            "easy_samples": sum(s.n_easy for s in kept), "hard_samples": sum(s.n_hard for s in kept),
+            "changed": self.changed,
+        }
+
+    def _reference_dict(self) -> dict[str, Any] | None:
+        if not self.references:
+            return None
+        first = self.references[0]
+        return {"name": first.name, "pretrained": first.pretrained, "model_id": first.model_id}
+
+    def summary_dict(self) -> dict[str, Any]:
+        """What ``split.json`` holds besides the classes (also what ``dataset.yaml`` records)."""
+        drop = self.reference_drop()
+        noise = self.noise_summary
+        return {**self.config_dict(), "crossfit_scheme": self.rule.crossfit_scheme,
+                "noise_summary": {"k": noise.k, "n": noise.n, "alpha": noise.alpha, "untested": noise.untested,
+                                  "text": noise.text},
+                "reference_drop": {"in_sample": drop.in_sample, "corrected": drop.corrected}}
+
+    def _write_results(self, run_dir: Path) -> None:
+        from curate.split import tables
+
+        write_json(run_dir / self.SUMMARY, {"classes": [c.to_dict() for c in self.classes], **self.summary_dict()})
+        write_bytes(run_dir / self.CSV, tables.to_csv(self.classes).encode())
+        write_bytes(run_dir / self.CELLS, tables.cells_csv(self.classes).encode())
+        write_bytes(run_dir / self.MARKDOWN, tables.to_markdown(self).encode())
+        write_bytes(run_dir / self.FIG_COUNTS, tables.counts_figure(self.kept))
+        write_bytes(run_dir / self.FIG_DROPS, tables.drops_figure(self.kept))
+
+    @classmethod
+    def migrate(cls, config: dict[str, Any], version: int) -> dict[str, Any]:
+        if version < 2:  # before cross-fitting: no crossfit settings, no label sources
+            config["rule"] = {**(config.get("rule") or {}), "crossfit_folds": 0, "crossfit_repeats": 0}
+            config["label_sources"] = None
+        return config
+
+    @classmethod
+    def _read(cls, run_dir: Path, config: dict[str, Any]) -> SplitRun:
+        path = run_dir / cls.SUMMARY
+        if not path.is_file():
+            raise RunError(f"run {run_dir.name} has no {cls.SUMMARY} (unfinished?)")
+        try:
+            summary = read_json(path)
+        except ValueError as error:
+            raise RunError(str(error)) from None
+        known = {f.name for f in fields(SplitRule)}
+        rule = SplitRule(**{k: v for k, v in (config.get("rule") or {}).items() if k in known})
+        sources = config.get("label_sources")
+        pins = {int(c): (str(v[0]), str(v[1])) for c, v in (config.get("pins") or {}).items()}
+        changed = config.get("changed")
+        return cls(rule=rule, references=[SplitReference.from_dict(r) for r in config.get("references") or []],
+                   classes=[SplitClass.from_dict(c) for c in summary.get("classes") or [] if "class_index" in c],
+                   label_sources=LabelSources(**{k: int(v) for k, v in sources.items()}) if sources else None,
+                   pins=pins, changed=int(changed) if changed is not None else None,
+                   prompt=str(config.get("prompt") or PAPER_PROMPT), run_dir=run_dir)
+
+    # -- typed views
+    @property
+    def kept(self) -> list[SplitClass]:
+        """The kept classes, in class order."""
+        return [c for c in self.classes if c.kept]
+
+    @property
+    def dropped(self) -> list[SplitClass]:
+        return [c for c in self.classes if not c.kept]
+
+    def by_class(self) -> dict[int, SplitClass]:
+        """``{class_index: row}``."""
+        return {c.class_index: c for c in self.classes}
+
+    @property
+    def noise_summary(self) -> NoiseSummary:
+        """"k of n kept classes are not distinguishable from noise (p >= alpha)"."""
+        return noise_summary(self.classes, self.rule.alpha)
+
+    def reference_drop(self) -> ReferenceDrop:
+        """The reference's mean drop over the kept classes: in-sample and cross-fitted (NaN when none)."""
+        kept = self.kept
+        drops = [c.drop for c in kept if math.isfinite(c.drop)]
+        corrected = [c.crossfit_drop for c in kept if math.isfinite(c.crossfit_drop)]
+        return ReferenceDrop(sum(drops) / len(drops) if drops else float("nan"),
+                             sum(corrected) / len(corrected) if corrected else float("nan"))
+
+    def reference_drop_text(self) -> str:
+        """``"in-sample 84.1 (selection-corrected 78.7) points"``, as compare and the report show it."""
+        from curate.formatting import pct
+
+        drop = self.reference_drop()
+        return f"in-sample {pct(drop.in_sample)} (selection-corrected {pct(drop.corrected)}) points"
+
+    @property
+    def in_sample_note(self) -> str:
+        """The sentence that flags the reference model's drop as in-sample, with the scheme."""
+        return ("The reference model chose the easy and hard backgrounds, so its drop on them is measured on the "
+                "samples that chose them (in-sample), as the paper reports it; the selection-corrected figure is "
+                f"cross-fitted ({self.rule.crossfit_scheme}).")
+
+    def is_reference(self, model_id: str | None = None, run: str | None = None) -> bool:
+        """True when an evaluation run (by model id or run name) is one of this split's references."""
+        return any((model_id and r.model_id == model_id) or (run and r.run == run) for r in self.references)
+
+    @property
+    def reference_labels(self) -> list[str]:
+        """How tables name the reference models."""
+        from curate.models.spec import ModelSpec
+
+        return [ModelSpec(r.name or "?", r.pretrained).label for r in self.references]

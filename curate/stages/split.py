@@ -1,0 +1,207 @@
+"""The split stage: spurious discovery on a dataset folder (``curate split``, papers/003 §2.1).
+
+``split(dataset, model, settings)`` runs the rule of :mod:`curate.split.discovery` and writes a
+:class:`curate.runs.SplitRun` (layout in :mod:`curate.runs.split`).
+
+Where the correctness comes from:
+
+- ``model``: reference model(s) evaluated now with the paper's setting (1 vs 1000 over
+  ImageNet-1K, or the dataset's own label space when it is not ImageNet; prompt
+  "A photo of {}."), each as an ordinary evaluation run (``runs/split-ref-*``) through
+  :func:`curate.stages.evaluate.evaluate` (image embeddings from the cache); several models ->
+  a cell's accuracy is the mean of theirs;
+- ``settings.predictions``: finished evaluation runs (any model, e.g. an ImageNet classifier
+  for the paper's CounterAnimal-I, App. E), read through :class:`curate.runs.EvaluationRun`:
+  the split then costs no inference. Both may be given.
+
+Which samples: accepted samples with a class and a background label. Labels made by a model
+(``background_source = "model"``, from ``curate label-backgrounds``) are refused unless
+``allow_model_backgrounds``: a split on unchecked CLIP pre-labels measures the labeller as
+much as the reference. The run records how many labels were human, synthetic or model.
+
+What it writes: the run folder (tables, figures, the record); ``group`` (easy | hard) for the
+kept classes' accepted samples in their two backgrounds and ``None`` for every other sample (so
+a re-run after new labels updates the split; only changed rows are written, each change in
+``changes.jsonl``); and ``provenance.split`` in ``dataset.yaml`` (the rule, the references,
+the counts, the noise summary, the run's name).
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from curate.jsonio import json_safe
+from curate.models.spec import ModelSpec
+from curate.progress import Progress
+from curate.runs.base import RUNS_DIR, RunError, unique_run_name
+from curate.runs.base import run_name as default_run_name
+from curate.runs.evaluation import EvaluationRun
+from curate.runs.split import LabelSources, SplitClass, SplitReference, SplitRun
+from curate.split.discovery import SplitRule, discover, group_assignments
+from curate.split.pins import load_pins
+from curate.stages.common import check_device, claim_run_dir, open_dataset
+
+__all__ = ["SplitSettings", "split"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class SplitSettings:
+    """How to split (CLI options of ``curate split`` map one to one)."""
+
+    min_per_background: int = 10  # a curate addition: the paper states no minimum
+    min_drop: float = 5.0  # points; the paper's rule keeps a class when the drop exceeds it
+    require_significant: bool = False  # also ask for permutation p < alpha and a bootstrap interval above 0
+    alpha: float = 0.05
+    n_perm: int = 2000
+    n_boot: int = 1000
+    seed: int = 0
+    crossfit_folds: int = 2
+    crossfit_repeats: int = 10
+    predictions: tuple[str, ...] = ()  # finished evaluation run names
+    allow_model_backgrounds: bool = False
+    device: str = "auto"
+    precision: str = "fp32"
+    batch_size: int = 256
+
+    @property
+    def rule(self) -> SplitRule:
+        """The rule's settings (validated)."""
+        return SplitRule(min_per_background=self.min_per_background, min_drop=self.min_drop,
+                         require_significant=self.require_significant, n_boot=self.n_boot, n_perm=self.n_perm,
+                         alpha=self.alpha, seed=self.seed, crossfit_folds=self.crossfit_folds,
+                         crossfit_repeats=self.crossfit_repeats)
+
+
+def _specs(model: Any) -> list[ModelSpec]:
+    if model is None:
+        return []
+    if isinstance(model, ModelSpec):
+        return [model]
+    if isinstance(model, (str, Path)):
+        raise TypeError(f"split takes a ModelSpec (or a list of them), not {model!r}; e.g. ModelSpec({str(model)!r})")
+    specs = list(model)
+    for spec in specs:
+        if not isinstance(spec, ModelSpec):
+            raise TypeError(f"split takes ModelSpecs as references, got {spec!r}")
+    return specs
+
+
+def _prediction_run(ds, name: str) -> EvaluationRun:
+    path = ds.root / RUNS_DIR / name
+    if not path.is_dir():
+        raise FileNotFoundError(f"{path} is not a finished evaluation run (no such run folder)")
+    try:
+        return EvaluationRun.load(path)
+    except RunError as error:
+        raise RunError(f"--predictions {name}: not a finished evaluation run ({error})") from None
+
+
+def _reference_runs(ds, specs: Sequence[ModelSpec], settings: SplitSettings, progress) -> list[EvaluationRun]:
+    from curate.stages.evaluate import EvalSettings, evaluate
+
+    label_space = "imagenet1k" if ds.label_space.is_builtin else "dataset"
+    runs = []
+    for spec in specs:
+        eval_settings = EvalSettings(label_space=label_space, prompts="simple", statuses=("accepted",),
+                                     device=settings.device, precision=settings.precision,
+                                     batch_size=settings.batch_size, seed=settings.seed)
+        name = unique_run_name(ds.root, default_run_name("split-ref", spec.label))
+        runs.append(evaluate(ds, spec, eval_settings, run_name=name, progress=progress))
+    return runs
+
+
+def _correctness(runs: Sequence[EvaluationRun], sample_ids: list[str]) -> tuple[np.ndarray, list[SplitReference]]:
+    """(M, N) correctness of each run on ``sample_ids``; a sample missing from a run is an error."""
+    rows, info = [], []
+    for run in runs:
+        by_id = run.correct1_by_sample()
+        missing = [s for s in sample_ids if s not in by_id]
+        if missing:
+            raise ValueError(f"run {run.name} has no prediction for {len(missing)} accepted sample(s) with a "
+                             f"background (e.g. {missing[0]}); re-run the evaluation on the current dataset")
+        if not run.is_paper_setting:
+            logger.warning("run %s used label space %s and prompts %s, not the paper's 1 vs 1000 with 'A photo of {}.'",
+                           run.name, run.label_space_name, run.templates)
+        rows.append([by_id[s] for s in sample_ids])
+        info.append(SplitReference(run=run.name, name=run.model.get("name"), pretrained=run.model.get("pretrained"),
+                                   model_id=run.model_id or None, label_space=run.label_space_name or None,
+                                   prompts=tuple(run.templates)))
+    return np.array(rows, dtype=np.float64), info
+
+
+def split(
+    dataset: Any, model: ModelSpec | Sequence[ModelSpec] | None, settings: SplitSettings | None = None, *,
+    run_name: str | None = None, overwrite: bool = False, progress: Progress | None = None,
+) -> SplitRun:
+    """Discover easy/hard backgrounds, write the groups and the :class:`SplitRun` (module docstring).
+
+    Args:
+        dataset: a :class:`curate.store.Dataset` or its folder.
+        model: the reference :class:`ModelSpec`, several of them (mean accuracy), or ``None`` when
+            ``settings.predictions`` name finished evaluation runs.
+        settings: :class:`SplitSettings` (default: the paper's rule, 10 images per background).
+        run_name: the run folder (default ``split-<references>-<UTC time>``); an existing one is
+            refused unless ``overwrite``.
+        progress: :class:`curate.progress.Progress` (the reference evaluations' phases).
+    Raises:
+        ValueError: no reference, no labelled sample, model-made background labels without
+            ``allow_model_backgrounds``, or a prediction run that misses samples.
+        FileNotFoundError / RunError: a ``predictions`` name that is not a finished evaluation run.
+        FileExistsError: ``run_name`` exists and ``overwrite`` is not set.
+    """
+    settings = settings or SplitSettings()
+    rule = settings.rule
+    specs = _specs(model)
+    if not specs and not settings.predictions:
+        raise ValueError("give a reference model (--reference) or finished evaluation runs (--predictions)")
+    if specs:
+        check_device(settings.device)
+    ds = open_dataset(dataset)
+    rows = [r for r in ds.rows(status="accepted") if r["class_index"] is not None and r["background"] is not None]
+    if not rows:
+        raise ValueError(f"{ds.root}: no accepted samples with a background label; label backgrounds first "
+                         "(curate label-backgrounds, or review)")
+    sources = LabelSources.count([r["background_source"] for r in rows])
+    if sources.model and not settings.allow_model_backgrounds:
+        raise ValueError(
+            f"{sources.model} of the {sources.total} background labels the split would use were made by a model "
+            "(background_source = model, from curate label-backgrounds) and not checked by a person; review them "
+            "(curate review) or pass --allow-model-backgrounds (allow_model_backgrounds=True) to split on them anyway")
+    runs = [_prediction_run(ds, name) for name in settings.predictions]
+    label = "-".join([s.label for s in specs] + [r.model_label for r in runs])[:40] or "run"
+    existed = bool(run_name) and (ds.root / RUNS_DIR / str(run_name)).exists()
+    run_dir = claim_run_dir(ds.root, run_name, "split", label, overwrite=overwrite)
+    try:
+        runs += _reference_runs(ds, specs, settings, progress)
+        ids = [r["sample_id"] for r in rows]
+        classes = [int(r["class_index"]) for r in rows]
+        backgrounds = [r["background"] for r in rows]
+        correct, references = _correctness(runs, ids)
+        pins = load_pins(ds)
+        decisions = discover(classes, backgrounds, correct, rule, pins)
+        # every sample gets its group recomputed: kept classes' easy/hard accepted samples, None otherwise
+        assigned = group_assignments(ids, classes, backgrounds, decisions)
+        per_sample = {row["sample_id"]: {"group": assigned.get(row["sample_id"])} for row in ds.rows()
+                      if row["group"] != assigned.get(row["sample_id"])}
+        names = ds.label_space.names
+        record = SplitRun(rule=rule, references=references,
+                          classes=[SplitClass.from_split(d, names[d.class_index]) for d in decisions],
+                          label_sources=sources, pins=pins, changed=len(per_sample))
+        record.write(run_dir)
+    except BaseException:
+        if not existed and run_dir.is_dir() and not any(run_dir.iterdir()):
+            run_dir.rmdir()  # nothing was written: leave no empty folder that would block the name
+        raise
+    if per_sample:
+        ds.update(list(per_sample), per_sample=per_sample, actor="split", reason="spurious discovery (papers/003 §2.1)")
+    ds.record_provenance("split", json_safe({**record.summary_dict(), "run": run_dir.name}))
+    logger.info("split: %d kept, %d dropped, %d samples changed group; %s -> %s", len(record.kept),
+                len(record.dropped), len(per_sample), record.noise_summary.text, run_dir)
+    return record
