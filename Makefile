@@ -12,7 +12,7 @@ export HF_DATASETS_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: demo test test-fast install clean-demo services
+.PHONY: demo test test-fast install clean-demo services lint
 
 $(STAMP):
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -30,7 +30,10 @@ demo: $(STAMP)
 services: $(STAMP)
 	$(PY) -m curate.review.provision provision --install-chromium
 
-test: $(STAMP) services
+lint: $(STAMP)
+	$(VENV)/bin/ruff check curate tests benchmarks scripts setup.py
+
+test: $(STAMP) services lint
 	$(PY) -m pytest -q -p no:cacheprovider tests
 
 test-fast: $(STAMP)

@@ -73,10 +73,9 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the temporary dataset folder")
     args = parser.parse_args()
 
-    from curate.models import ModelSpec
-    from curate.stages.evaluate import EvalSettings, evaluate
     from curate.labels import imagenet1k
-    from curate.models import load_model
+    from curate.models import ModelSpec, load_model
+    from curate.stages.evaluate import EvalSettings, evaluate
 
     workdir = Path(tempfile.mkdtemp(prefix="curate-bench-"))
     ds = make_dataset(workdir / "ds", args.images, args.image_size)

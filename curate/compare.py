@@ -20,9 +20,10 @@ from __future__ import annotations
 import csv
 import io
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 

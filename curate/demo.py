@@ -25,9 +25,9 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Callable
 
 from curate.collect.synthetic import DEFAULT_CLASSES, WorldSpec, collect_synthetic
 from curate.train_reference import ShortcutReport, TrainConfig, dataset_arrays, evaluate_shortcut, train_reference_clip
@@ -54,6 +54,8 @@ class DemoEvaluation:
     drop: float
     drop_ci: list
     run_dir: Path
+    in_sample: bool = False  # the split's reference model: it chose easy/hard to maximise this drop
+    corrected_drop: float = float("nan")  # the split's cross-fitted drop (1 vs 1000 only: the split's setting)
 
 
 @dataclass
@@ -71,6 +73,9 @@ class DemoResult:
     hub_dir: Path | None = None
     saliency: list[dict] = field(default_factory=list)
     fidelity: list[dict] = field(default_factory=list)
+    noise_summary: str = ""
+    reference_drop: str = ""
+    fidelity_note: str = ""
 
 
 @dataclass
@@ -194,14 +199,17 @@ def run_full_demo(workdir: Path, settings: DemoSettings | None = None, **callbac
             name = f"demo-{row.world.replace('=', '')}-{'1v1000' if label_space == 'imagenet1k' else '1v' + str(len(names))}"
             run = evaluate(eval_ds, spec, EvalSettings(label_space=label_space, bootstrap=1000), run_name=name,
                            overwrite=True)
+            in_sample = row is reference
             evaluations.append(DemoEvaluation(
                 "1 vs 1000" if label_space == "imagenet1k" else f"1 vs {len(names)} (world classes)", row.world,
-                run.group("easy").acc1, run.group("hard").acc1, run.drop.acc1, run.drop.acc1_ci, run.run_dir))
+                run.group("easy").acc1, run.group("hard").acc1, run.drop.acc1, run.drop.acc1_ci, run.run_dir,
+                in_sample, split.reference_drop().corrected if in_sample and label_space == "imagenet1k" else float("nan")))
     _, compare_dir = compare_runs(eval_ds.root, runs=[e.run_dir.name for e in evaluations])
     result = DemoResult(shortcut, evaluations, compare_dir, measured.agreement, measured.chance_uniform, split.run_dir,
                         len(split.kept), len(split.classes), planted)
+    result.noise_summary, result.reference_drop = split.noise_summary.text, split.reference_drop_text()
     result.saliency = _saliency(eval_ds.root, shortcut, say)
-    result.fidelity = _fidelity(eval_ds.root, shortcut, say)
+    result.fidelity = _fidelity(eval_ds.root, shortcut, say, result)
     _report_and_publish(workdir, eval_ds, evaluations, result, say)
     return result
 
@@ -231,7 +239,7 @@ FIDELITY_SETTINGS: dict = {"sparsities": "0.1:0.9:0.2", "samples": 4, "finetune_
                            "families": ("ffid",), "score": "margin", "seeds": 3}
 
 
-def _fidelity(root: Path, shortcut: list[DemoRow], say) -> list[dict]:
+def _fidelity(root: Path, shortcut: list[DemoRow], say, result: DemoResult | None = None) -> list[dict]:
     """How faithful the demo's saliency methods are (papers/002), next to the object mask and a random map."""
     from curate.stages.fidelity import FidelitySettings, fidelity
 
@@ -241,6 +249,8 @@ def _fidelity(root: Path, shortcut: list[DemoRow], say) -> list[dict]:
         name = f"demo-fidelity-{row.world.replace('=', '')}"
         run = fidelity(root, row.weights, settings, run_name=name, overwrite=True)
         rows.extend({**r.to_dict(), "model": row.world, "run": name} for r in run.ranking)
+        if result is not None:
+            result.fidelity_note = run.interval_note
     say(f"fidelity: {len(shortcut)} runs (F-Fidelity of {', '.join(SALIENCY_METHODS)} vs the object mask and a random map)")
     return rows
 

@@ -22,9 +22,9 @@ import json
 import logging
 import os
 import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
 
 import numpy as np
 import torch

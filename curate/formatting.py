@@ -7,7 +7,8 @@ Every figure curate prints goes through these: a missing or non-finite value is 
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 __all__ = ["MISSING", "num", "pct", "ci", "pct_ci", "is_finite"]
 

@@ -11,9 +11,10 @@ open_clip uses in prompts (``IMAGENET_CLASSNAMES``) and timm's WordNet lemmas.
 from __future__ import annotations
 
 import difflib
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from curate.paths import data_file
 
@@ -123,7 +124,7 @@ class LabelSpace:
         return config
 
     @classmethod
-    def from_config(cls, config: dict[str, Any] | str | None) -> "LabelSpace":
+    def from_config(cls, config: dict[str, Any] | str | None) -> LabelSpace:
         """Inverse of :meth:`to_config`; ``None`` or ``"imagenet1k"`` gives ImageNet-1K."""
         if config is None or config == IMAGENET1K:
             return imagenet1k()
@@ -140,7 +141,7 @@ class LabelSpace:
         return cls(name=str(config["name"]), names=tuple(names), ids=tuple(str(i) for i in ids))
 
     @classmethod
-    def from_names(cls, name: str, names: Sequence[str]) -> "LabelSpace":
+    def from_names(cls, name: str, names: Sequence[str]) -> LabelSpace:
         return cls(name=name, names=tuple(names))
 
 

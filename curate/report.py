@@ -3,24 +3,27 @@
 Sections (each present when its inputs exist, otherwise a line saying what to run):
 
 1. **Data layout** (papers/003 Fig. 3): easy and hard images per class, from the folder's
-   current ``group`` column (``fig3_counts.png``), and the per-class table (backgrounds, counts).
-2. **Per-class drops** (Fig. 4): the reference model's easy - hard accuracy per kept class with
-   its 95% bootstrap interval, from the split run recorded in ``dataset.yaml``
-   (``fig4_drops.png``), and the classes the rule dropped, with the reason.
+   current ``group`` column (``fig3_counts.png``), the per-class table, and the split's rule with
+   curate's departures and the sources of its background labels.
+2. **Per-class drops** (Fig. 4): from the split run recorded in ``dataset.yaml``
+   (:class:`curate.runs.SplitRun`): the reference model's in-sample drop per kept class with its
+   95% bootstrap interval, the cross-fitted (selection-corrected) drop beside it, the permutation
+   p-value, the noise summary, and the classes the rule dropped with the reason.
 3. **Evaluation** (Table 2): every evaluation run with easy/hard groups
    (:func:`curate.compare.load_rows`): easy, hard and drop with their bootstrap intervals and
-   effective robustness; runs of the same model on the same setup (label space + prompts) count
-   once, the newest (e.g. the split's own reference runs repeat a model), the others are listed.
-   ``table2.csv`` holds the numbers.
-4. **Easy vs hard** (Fig. 2): the scatter with the logit-linear effective-robustness fit per
-   setup and y = x (``fig2_scatter.png``), and each fit's slope and intercept.
-5. **Saliency** (SSS / RMA by group): every run whose ``config.json`` says ``"kind": "explain"``
-   and whose ``summary.json`` is readable (:mod:`curate.saliency.explain`): per group, the mean
-   per-image SSS and RMA, the SSS a uniform map would get, n and NaN counts.
-6. **Fidelity** (papers/002): every run whose ``config.json`` says ``"kind": "fidelity"``
-   (:mod:`curate.metrics.fidelity_run`): the methods' ranking by F-Fidelity AUC, their verdict
-   against a random map, the degraded-series correlations and the curves (``fidelity_<run>.png``).
+   effective robustness fitted per model family and setup; the split reference's drop is flagged
+   in-sample. Runs of the same model on the same setup count once, the newest; the others are
+   listed. ``table2.csv`` holds the numbers.
+4. **Easy vs hard** (Fig. 2): the scatter with one effective-robustness fit per family and setup,
+   y = x (``fig2_scatter.png``), and each fit's scale, slope and intercept.
+5. **Saliency** (SSS / RMA by group): every explain run (:meth:`curate.runs.ExplainRun.by_group`):
+   per group the mean per-image SSS and RMA, the SSS a uniform map would get, n, NaN counts and why.
+6. **Fidelity** (papers/002): every fidelity run (:class:`curate.runs.FidelityRun`): the
+   ranking by F-Fidelity AUC, each verdict against a random map (marginal ones marked), the
+   degraded-series correlations and the curves (``fidelity_<run>.png``).
 7. **Gallery**: a few easy and hard images per class (``gallery.png``), chosen deterministically.
+
+Unreadable runs (unfinished, damaged, written by a newer curate) are listed as notes, never fatal.
 
 :func:`build_report` writes ``report.md``, ``report.html`` (self-contained apart from the PNGs
 next to it) and the figures to ``out_dir`` (default ``DIR/runs/report``) and returns the
@@ -30,7 +33,6 @@ from __future__ import annotations
 
 import hashlib
 import html
-import json
 import logging
 import re
 from collections import Counter
@@ -38,7 +40,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
 
 from curate import __version__
 from curate.formatting import num, pct, pct_ci
@@ -145,14 +146,6 @@ def _ci(interval: Any) -> str:
 
 def _num(x: Any, digits: int = 3, scale: float = 1.0) -> str:
     return num(x, digits, scale)
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return value if isinstance(value, dict) else None
 
 
 # ----------------------------------------------------------------------------- sections
@@ -315,20 +308,6 @@ def _evaluation_section(doc: Document, root: Path, out: Path, runs: Sequence[str
                  "undefined (—), since a line through two points fits every model exactly.")
 
 
-def _runs_of_kind(root: Path, kind: str, notes: list[str]):
-    """``(run_dir, config, summary)`` of each run whose ``config.json`` says ``kind``, oldest first;
-    a run without a readable ``summary.json`` (unfinished, damaged) adds a note instead."""
-    for run_dir in list_runs(root):
-        config = _read_json(run_dir / "config.json") or {}
-        if config.get("kind") != kind:
-            continue
-        summary = _read_json(run_dir / "summary.json")
-        if summary is None:
-            notes.append(f"`{run_dir.name}` has no readable summary.json (unfinished?)")
-            continue
-        yield run_dir, config, summary
-
-
 def explain_summaries(root: Path) -> tuple[list[dict[str, Any]], list[str]]:
     """Per explain run: the compact by-group entry (:meth:`curate.runs.ExplainRun.by_group`), and
     notes for runs that cannot be read (unfinished, damaged, written by a newer curate)."""
@@ -371,50 +350,49 @@ def _saliency_section(doc: Document, root: Path) -> None:
         doc.text("Skipped: " + note + ".")
 
 
-def fidelity_summaries(root: Path) -> tuple[list[dict[str, Any]], list[str]]:
-    """Per fidelity run (``config.json`` kind ``fidelity``): its config, ranking and degraded-series
-    correlations from ``summary.json``, and notes for runs without a readable one."""
-    entries, notes = [], []
-    for run_dir, config, summary in _runs_of_kind(root, "fidelity", notes):
-        if not isinstance(summary.get("ranking"), list):
-            notes.append(f"`{run_dir.name}`: summary.json has no ranking")
-            continue
-        entries.append({"run": run_dir.name, "dir": run_dir, "config": summary.get("config") or config,
-                        "ranking": summary["ranking"], "correlations": summary.get("correlations") or {}})
-    return entries, notes
+def fidelity_summaries(root: Path) -> tuple[list[Any], list[str]]:
+    """Every fidelity run (:class:`curate.runs.FidelityRun`), oldest first, and notes for runs that
+    cannot be read."""
+    from curate.runs import RunError, iter_runs
+
+    runs, notes = [], []
+    for run_dir, run in iter_runs(root, "fidelity"):
+        if isinstance(run, RunError):
+            notes.append(f"`{run_dir.name}` cannot be read ({run})")
+        else:
+            runs.append(run)
+    return runs, notes
 
 
 def _fidelity_section(doc: Document, root: Path, out: Path) -> None:
-    from curate.metrics.fidelity_run import vs_random_text
-
-    entries, notes = fidelity_summaries(root)
-    if not entries and not notes:
+    runs, notes = fidelity_summaries(root)
+    if not runs and not notes:
         return
     doc.heading("Fidelity: which saliency maps deserve trust")
     doc.text("SSS and RMA read a saliency map; they describe the model only if the map is faithful. Per method, "
              "the AUC over sparsity of Fid+ (remove the method's most important pixels: the score should drop) and "
              "Fid- (keep only them: it should not), papers/002; F-Fid uses a model fine-tuned on random masks of at "
              "most beta of the input and removes at most beta. `vs random` is the paired difference to a random map "
-             "(MoRF / LeRF, with a 95% bootstrap interval over images); `faithful` = both above 0.")
-    for e in entries:
-        c = e["config"]
-        doc.text(f"`{e['run']}`: {c.get('model')}, {c.get('images')} images, score {c.get('score')}, sparsities "
-                 f"{len(c.get('sparsities') or [])}, alpha {c.get('alpha')}, beta {c.get('beta')}, "
-                 f"{c.get('samples')} samples.")
-        metrics = [m for m in ("fid_plus", "fid_minus", "rfid_plus", "rfid_minus", "ffid_plus", "ffid_minus")
-                   if m in e["ranking"][0]] if e["ranking"] else []
+             "(MoRF / LeRF, with a 95% interval); `faithful` = both above 0; `(marginal)` = an interval whose lower "
+             "bound nearly touches 0, so another fine-tuning seed could change the verdict.")
+    for run in runs:
+        c = run.config
+        doc.text(f"`{run.name}`: {c.model}, {c.images} images, score {c.score}, {len(c.sparsities)} sparsities, "
+                 f"alpha {c.alpha:g}, beta {c.beta:g}, {c.samples} samples, {c.n_seeds or 1} fine-tuning seed(s); "
+                 f"intervals: {run.interval_note}.")
+        metrics = run.metrics
         rows = []
-        for r in e["ranking"]:
-            vs = f"{vs_random_text(r, 'morf')} / {vs_random_text(r, 'lerf')}" if "vs_random_morf" in r else ""
-            rows.append([r.get("rank"), r.get("method"), *(_num(r.get(m), 4) for m in metrics), vs, r.get("verdict", "")])
+        for r in run.ranking:
+            vs = f"{r.vs_random_text('morf')} / {r.vs_random_text('lerf')}" if r.morf is not None else ""
+            rows.append([r.rank, r.method, *(_num(r.aucs.get(m), 4) for m in metrics), vs, r.verdict])
         doc.table(["rank", "method", *metrics, "vs random (MoRF / LeRF)", "verdict"], rows)
-        curves = e["dir"] / "curves.png"
-        if curves.is_file():
-            write_bytes(out / f"fidelity_{e['run']}.png", curves.read_bytes())
-            doc.image(f"fidelity_{e['run']}.png", f"Fidelity curves over sparsity, run {e['run']}")
-        for base, corr in e["correlations"].items():
+        if run.plot_path is not None:
+            write_bytes(out / f"fidelity_{run.name}.png", run.plot_path.read_bytes())
+            doc.image(f"fidelity_{run.name}.png", f"Fidelity curves over sparsity, run {run.name}")
+        for base in run.correlations:
+            corr = run.macro_correlations(base)
             doc.text(f"Degraded series `{base}`: macro Spearman of each AUC with the noise ratio: "
-                     + ", ".join(f"{m} {v['macro']:+.2f}" for m, v in corr.items() if "macro" in v) + ".")
+                     + ", ".join(f"{m} {v:+.2f}" for m, v in corr.items()) + ".")
     for note in notes:
         doc.text("Skipped: " + note + ".")
 

@@ -1,9 +1,12 @@
 """Train the tiny reference CLIP on a synthetic world, and measure its shortcut.
 
-This is papers/003 §4 (and App. D) on our own data: a CLIP trained with the contrastive
-objective on captions that name only the object ("a photo of a {class}.") picks up the
-background when the background is correlated with the class in its training data. The model
-is the offline stand-in for a pretrained CLIP in the demo and in tests.
+A small, from-scratch analogue of the planted-correlation check of papers/003 §4 / App. D.3
+(ColoredCOCO), not that experiment: the paper fine-tunes pretrained CLIPs (RN-50, ViT-B/16) on
+COCO objects with a biased background colour and compares them with supervised fine-tuning;
+here a tiny CLIP is trained from random weights, with the contrastive objective, on captions
+that name only the object ("a photo of a {class}."), and it picks up the background when the
+background is correlated with the class in its training data. The model is the offline
+stand-in for a pretrained CLIP in the demo and in tests.
 
 Objective. CLIP's symmetric InfoNCE (Radford et al. 2021) over a batch of image-caption
 pairs, with one adaptation: the world has only K distinct captions, so a batch of B images
@@ -17,6 +20,24 @@ i.e. image-to-text cross-entropy over the unique captions, and text-to-image wit
 of the caption's class as positives; ``s`` is CLIP's learned logit scale. Both are the CLIP
 loss when captions are unique.
 
+Text-only negatives (issue 14 §3). A CLIP pretrained on the web has read captions naming
+thousands of things; a text tower that only ever saw the world's K class names maps the other
+ImageNet-1K labels to arbitrary points, some of which sit closer to the images than any
+trained caption. Scored 1 vs 1000, those untrained labels were free attractors: 88% of the
+p = 0.9 model's top-1 predictions on the split's hard images went to one of the 994 labels it
+never trained on (measured), so the demo's 1-vs-1000 drop measured the untrained text tower,
+not the background shortcut. So each step also encodes ``text_negatives`` captions (same
+template) of ImageNet-1K labels that are *not* world classes, drawn at random from the 1000
+minus the world's, and appends them to the K captions as extra columns of the image-to-text
+cross-entropy (they have no images, so they add no text-to-image term). Every label is then
+trained to be a wrong answer for every image of the world, as a web caption about something
+absent from the photo would be; the model still never sees an image of those labels. Measured
+on the demo (150 steps): 0% of top-1 outside the world's classes, on conflicting and hard
+images, with the trained prompts and with OpenAI's 80 templates. The protection is per name,
+not general: trained with negatives from half of the 994 labels, the other half still took
+22% of the conflicting images (43% with no negatives), so a label space other than ImageNet-1K
+(COCO, a file) gets no such guarantee unless its names are passed as ``negative_names``.
+
 Evaluation (the shortcut report). Zero-shot 1-vs-K accuracy of the trained model on a fresh,
 *uncorrelated* world (p = 1/B, a different seed), split into images whose background is the
 class's common background ("aligned") and the rest ("conflicting"). The gap aligned -
@@ -27,9 +48,9 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -62,6 +83,9 @@ class TrainConfig:
     seed: int = 0
     threads: int = 2
     caption_templates: tuple[str, ...] = CAPTION_TEMPLATES
+    # captions of non-world ImageNet-1K labels per step, as negatives only (0: the objective
+    # before issue 14 §3). A new field changes the demo's weights key, so old weights retrain.
+    text_negatives: int = 128
 
 
 @dataclass
@@ -87,9 +111,14 @@ def clip_loss_unique_captions(
 ) -> torch.Tensor:
     """CLIP's symmetric contrastive loss with K unique captions (see the module docstring).
 
+    Captions that no image in the batch has (``labels`` never points at them: absent classes,
+    text-only negatives appended after the K world captions) are negatives of every image in
+    the image-to-text term and add no text-to-image term.
+
     Args:
         image_features: (B, D) L2-normalised image embeddings.
-        text_features: (K, D) L2-normalised embeddings of the K unique captions.
+        text_features: (K, D) L2-normalised embeddings of the K unique captions (K may include
+            text-only negatives).
         labels: (B,) caption index of each image.
         logit_scale: CLIP's learned log-scale (exp'd here, clamped at 100 as in CLIP).
     """
@@ -111,8 +140,13 @@ def train_reference_clip(
     config: TrainConfig | None = None,
     meta: dict | None = None,
     progress: Callable[[int, float], None] | None = None,
+    negative_names: Sequence[str] | None = None,
 ) -> TrainResult:
     """Train ``config.arch`` from random weights on (images, labels) and save it to ``out_path``.
+
+    ``negative_names``: the labels whose captions serve as text-only negatives
+    (``config.text_negatives`` of them per step); default :func:`default_negative_names`, the
+    ImageNet-1K names that are not among ``class_names``.
 
     The file holds ``{"state_dict": ..., "curate": {...}}`` where the ``curate`` entry records
     the arch, the class names, the caption template, the training config and ``meta`` (e.g.
@@ -135,6 +169,11 @@ def train_reference_clip(
     model.train()
     tokenizer = open_clip.get_tokenizer(config.arch)
     token_sets = [tokenizer([template.format(name) for name in class_names]) for template in config.caption_templates]
+    pool = list(default_negative_names(class_names) if negative_names is None else negative_names)
+    n_negatives = min(config.text_negatives, len(pool))
+    negative_tokens = ([tokenizer([template.format(name) for name in pool]) for template in config.caption_templates]
+                       if n_negatives else [])
+    negative_rng = np.random.default_rng([config.seed, 1])  # its own stream: image batches stay as without it
     x_all = _to_tensor(images)
     y_all = torch.from_numpy(np.asarray(labels, dtype=np.int64))
     if x_all.shape[-1] != _image_size(model):
@@ -165,6 +204,9 @@ def train_reference_clip(
         x[flip] = x[flip].flip(-1)  # horizontal flips: the only augmentation
         image_features = F.normalize(model.encode_image(x), dim=-1)
         tokens = token_sets[step % len(token_sets)]  # one caption template per step, in turn
+        if n_negatives:  # the K world captions first (labels index them), then the text-only negatives
+            drawn = torch.from_numpy(negative_rng.choice(len(pool), size=n_negatives, replace=False))
+            tokens = torch.cat([tokens, negative_tokens[step % len(negative_tokens)][drawn]])
         text_features = F.normalize(model.encode_text(tokens), dim=-1)
         loss = clip_loss_unique_captions(image_features, text_features, y_all[idx], model.logit_scale)
         optimizer.zero_grad(set_to_none=True)
@@ -184,6 +226,7 @@ def train_reference_clip(
             "arch": config.arch,
             "class_names": list(class_names),
             "caption_templates": list(config.caption_templates),
+            "text_negative_pool": len(pool) if n_negatives else 0,
             "train_config": asdict(config),
             "final_loss": losses[-1] if losses else None,
             "train_seconds": round(seconds, 1),
@@ -196,6 +239,18 @@ def train_reference_clip(
     torch.save(payload, tmp)
     tmp.replace(out_path)
     return TrainResult(out_path, losses, seconds, config, list(class_names), meta or {})
+
+
+def default_negative_names(class_names: Sequence[str]) -> list[str]:
+    """ImageNet-1K's prompt names minus the world's classes (case-insensitive), in index order.
+
+    The world's classes are named after ImageNet-1K labels, so these are exactly the labels a
+    1-vs-1000 evaluation offers besides the world's own.
+    """
+    from curate.labels import imagenet1k
+
+    own = {name.strip().lower() for name in class_names}
+    return [name for name in imagenet1k().names if name.strip().lower() not in own]
 
 
 def _image_size(model: torch.nn.Module) -> int:

@@ -1,4 +1,4 @@
-"""Small dataset folders for evaluation tests (imported by tests/test_evaluate*.py)."""
+"""Small dataset folders for evaluation tests (imported by tests/test_stage_evaluate.py and tests/test_cli_evaluate.py)."""
 from __future__ import annotations
 
 from pathlib import Path

@@ -132,7 +132,7 @@ def make_world(n_per_taxon: int = 12, seed: int = 0) -> World:
     photos: dict[int, FakePhoto] = {}
     observations: list[FakeObservation] = []
     obs_id, photo_id, license_i = 1000, 50000, 0
-    for t_index, taxon in enumerate(taxa[:3]):
+    for taxon in taxa[:3]:
         for k in range(n_per_taxon):
             obs_id += rng.randint(1, 9)
             n_photos = 1 + (k % 4 == 1) + (k % 6 == 3)
@@ -210,7 +210,7 @@ class FakeINat:
         self._jpegs: dict[tuple[int, str], bytes] = {}
 
     # ------------------------------------------------------------------ lifecycle
-    def __enter__(self) -> "FakeINat":
+    def __enter__(self) -> FakeINat:
         self.start()
         return self
 
@@ -427,7 +427,7 @@ class FileServer:
         self.lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
 
-    def __enter__(self) -> "FileServer":
+    def __enter__(self) -> FileServer:
         handler = type("FileHandler", (_FileHandler,), {"server_state": self})
         self._server = _QuietServer(("127.0.0.1", 0), handler)
         threading.Thread(target=self._server.serve_forever, daemon=True).start()

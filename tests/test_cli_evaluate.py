@@ -6,9 +6,9 @@ import json
 
 import pytest
 from click.testing import CliRunner
+from eval_helpers import make_folder
 
 from curate.cli import main
-from eval_helpers import make_folder
 
 
 @pytest.fixture()

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from click.testing import CliRunner
 from fake_inat import dataset_signature
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from curate.cli import main
 from curate.collect.composite import (

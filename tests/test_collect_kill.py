@@ -66,7 +66,7 @@ def kill_and_resume(tmp_path: Path, kills: int, seed: int) -> None:
     with server() as srv:
         root = tmp_path / "killed"
         killed = 0
-        for attempt in range(kills * 3):
+        for _ in range(kills * 3):
             if killed >= kills:
                 break
             before = journal_lines(root)

@@ -88,7 +88,7 @@ def test_er_is_zero_on_average_for_a_linear_fit_and_exact_on_the_line(points, sc
 def test_split_reference_is_flagged_in_sample_with_its_cross_fitted_drop(tmp_path) -> None:
     """compare marks the split's own reference model as in-sample and shows the corrected drop;
     another model of the same family is not flagged."""
-    from test_split_folder import SETTINGS, fake_run
+    from test_stage_split import SETTINGS, fake_run
 
     from curate.collect.synthetic import DEFAULT_CLASSES, WorldSpec, collect_synthetic
     from curate.compare import load_rows

@@ -1,4 +1,5 @@
-"""Fidelity metrics (papers/002): removal bounds, Fid+/Fid- on a hand-made model, seeds, degraded series."""
+"""Fidelity (papers/002): removal bounds, Fid+/Fid- on a hand-made model, seeds, degraded series, verdicts over
+seeds x images, the fidelity stage and its run record."""
 from __future__ import annotations
 
 import numpy as np
@@ -6,8 +7,16 @@ import pytest
 import torch
 
 from curate.metrics.fidelity import (
-    FidelityCurves, fidelity_curves, finetune, random_input_masks, removal_counts, degrade,
-    series_correlations, stochastic_removal, pixel_ranks, explanation_size,
+    FidelityCurves,
+    degrade,
+    explanation_size,
+    fidelity_curves,
+    finetune,
+    pixel_ranks,
+    random_input_masks,
+    removal_counts,
+    series_correlations,
+    stochastic_removal,
 )
 
 H = W = 8
@@ -80,7 +89,7 @@ def test_seeds_repeat():
     gen = torch.Generator().manual_seed(1)
     images = torch.rand(6, 3, H, W, generator=gen) * 2
     expl = torch.rand(6, H, W, generator=gen)
-    kw = dict(sparsities=[0.1, 0.3, 0.6], samples=5, score="probability", finetuned=model)
+    kw = {"sparsities": [0.1, 0.3, 0.6], "samples": 5, "score": "probability", "finetuned": model}
     a = fidelity_curves(model, images, expl, [0] * 6, seed=3, **kw)
     b = fidelity_curves(model, images, expl, [0] * 6, seed=3, **kw)
     c = fidelity_curves(model, images, expl, [0] * 6, seed=4, **kw)
@@ -112,11 +121,29 @@ def test_cli_registered_and_sparsity_parse():
     from click.testing import CliRunner
 
     from curate.cli import main
-    from curate.metrics.fidelity_run import parse_sparsity
+    from curate.stages.fidelity import parse_sparsity
 
     assert parse_sparsity("0.05:0.95:0.05")[-1] == 0.95 and len(parse_sparsity("0.05:0.95:0.05")) == 19
     result = CliRunner().invoke(main, ["fidelity", "--help"])
-    assert result.exit_code == 0 and "--finetune-epochs" in result.output
+    assert result.exit_code == 0 and "--finetune-epochs" in result.output and "--seeds" in result.output
+
+
+def test_formulas_do_not_import_the_saliency_package():
+    """metrics/ holds formulas only: no import of saliency or stages (the old metrics <-> saliency cycle)."""
+    import ast
+    from pathlib import Path
+
+    import curate.metrics.fidelity as formulas
+
+    tree = ast.parse(Path(formulas.__file__).read_text(encoding="utf-8"))
+    names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    names |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert not {n for n in names if n.startswith(("curate.saliency", "curate.stages", "curate.runs"))}, names
+    from curate.metrics.fidelity import METRIC_INFO, METRICS
+
+    assert list(METRIC_INFO) == list(METRICS)
+    assert [METRIC_INFO[m].higher_is_better for m in METRICS] == [True, False] * 3
+    assert METRIC_INFO["ffid_plus"].name == "F-Fid+" and "eqs. 5-6" in METRIC_INFO["ffid_plus"].paper
 
 
 # ----------------------------------------------------------------------------- trust vs a random map
@@ -127,8 +154,7 @@ def _curves(per_plus: np.ndarray, per_minus: np.ndarray) -> FidelityCurves:
 
 
 def test_trust_verdicts_against_a_random_map():
-    from curate.metrics.fidelity import per_image_aucs
-    from curate.metrics.fidelity_run import trust_vs_reference
+    from curate.metrics.fidelity import per_image_aucs, trust_vs_reference
 
     rng = np.random.default_rng(0)
     base = rng.uniform(0.2, 0.4, size=(40, 3))
@@ -141,13 +167,75 @@ def test_trust_verdicts_against_a_random_map():
     assert trust["good"]["verdict"] == "faithful"
     assert trust["good"]["vs_random_morf"] == pytest.approx(0.1, abs=0.01)
     assert trust["good"]["vs_random_lerf"] == pytest.approx(0.1, abs=1e-9)
-    assert trust["good"]["vs_random_morf_low"] > 0.09
+    assert trust["good"]["vs_random_morf_low"] > 0.09 and trust["good"]["vs_random_morf_by_seed"] == [
+        trust["good"]["vs_random_morf"]]
     assert trust["same"]["verdict"] == "not above random"
     assert trust["same"]["vs_random_morf_low"] <= 0 and trust["same"]["vs_random_lerf_low"] <= 0
     assert trust["half"]["verdict"] == "MoRF only"
     # per-image AUCs average to the curve's AUC
     assert per_image_aucs(good, "ffid_plus").mean() == pytest.approx(good.aucs["ffid_plus"])
     assert trust_vs_reference({"good": good}) == {}
+
+
+def test_seed_image_bootstrap_carries_the_spread_between_seeds():
+    """Issue 14 §4: a verdict must survive re-fitting. Per-image differences that are clearly above 0
+    under each seed, but whose level moves between fine-tuned copies, must not pass on images alone."""
+    from curate.metrics.bootstrap import bootstrap_paired_mean
+    from curate.metrics.fidelity import compare_to_reference, seed_image_bootstrap
+
+    rng = np.random.default_rng(1)
+    n = 60
+    levels = np.array([0.08, -0.02, 0.09])  # one fine-tuned copy disagrees
+    diffs = levels[:, None] + rng.normal(0, 0.01, (3, n))
+    images_only = bootstrap_paired_mean(diffs.mean(0), seed=0)  # the old scheme, seeds averaged per image
+    low, high = seed_image_bootstrap(diffs, seed=0)
+    assert images_only.low > 0.04  # images alone: a tight interval far above 0
+    assert low < 0 < high  # seeds x images: the spread between copies reaches 0
+    vs = compare_to_reference(diffs, seed=0)
+    assert vs.effect == pytest.approx(diffs.mean()) and not vs.above and len(vs.by_seed) == 3
+    assert vs.by_seed == pytest.approx(tuple(diffs.mean(1)))
+    # one seed: the plain paired bootstrap over images (same width up to bootstrap noise)
+    low1, high1 = seed_image_bootstrap(diffs[0], seed=3, n_boot=4000)
+    ref = bootstrap_paired_mean(diffs[0], seed=3, n_boot=4000)
+    assert high1 - low1 == pytest.approx(ref.high - ref.low, rel=0.15)
+    # additive seed + image effects: Var(theta*) = var(a) / R + var(b) / N (population variances)
+    r, n = 12, 80
+    a, b = rng.normal(0, 0.05, r), rng.normal(0, 0.2, n)
+    low2, high2 = seed_image_bootstrap(0.3 + a[:, None] + b[None, :], seed=0, n_boot=8000)
+    sd = np.sqrt(a.var() / r + b.var() / n)
+    assert (high2 - low2) / (2 * 1.96) == pytest.approx(sd, rel=0.1)
+    assert seed_image_bootstrap(np.full((3, 5), np.nan)) != seed_image_bootstrap(np.zeros((3, 5)))  # nan, nan
+
+
+def test_marginal_rule_and_verdicts():
+    from curate.metrics.fidelity import VsReference, is_marginal, verdict
+
+    assert is_marginal(0.10, 0.01, 0.25) and not is_marginal(0.10, 0.03, 0.25)
+    assert not is_marginal(0.10, -0.01, 0.25) and not is_marginal(0.10, 0.01, 0.0)
+    clear, shaky, below = VsReference(0.1, 0.05, 0.15), VsReference(0.1, 0.007, 0.2, marginal=True), VsReference(
+        0.0, -0.1, 0.1)
+    assert verdict(clear, clear) == "faithful"
+    assert verdict(clear, shaky) == "faithful (marginal)"  # the demo's p=0.9 GradCAM case: LeRF low +0.007
+    assert verdict(shaky, below) == "MoRF only (marginal)"
+    assert verdict(clear, below) == "MoRF only"
+    assert verdict(below, below) == "not above random"
+
+
+def test_trust_over_replicates():
+    from curate.metrics.fidelity import trust_vs_reference
+
+    rng = np.random.default_rng(2)
+    base = rng.uniform(0.2, 0.4, size=(30, 3))
+    shifts = [0.1, 0.12, -0.05]  # the third fine-tuned copy disagrees
+    random = [_curves(base, base) for _ in shifts]
+    steady = [_curves(base + 0.1 + rng.normal(0, 0.01, base.shape), base - 0.1) for _ in shifts]
+    wobbly = [_curves(base + s + rng.normal(0, 0.01, base.shape), base - 0.1) for s in shifts]
+    trust = trust_vs_reference({"random": random, "steady": steady, "wobbly": wobbly}, seed=0)
+    assert trust["steady"]["verdict"] == "faithful"
+    assert trust["wobbly"]["verdict"] == "LeRF only"
+    assert trust["wobbly"]["vs_random_morf_by_seed"] == pytest.approx(shifts, abs=0.01)
+    with pytest.raises(ValueError, match="replicates"):
+        trust_vs_reference({"random": random, "short": steady[:2]})
 
 
 # ----------------------------------------------------------------------------- a dataset folder
@@ -169,60 +257,152 @@ def world(world_template, tmp_path):
     return root
 
 
-FAST = dict(sparsities="0.1,0.5,0.9", samples=2, finetune_epochs=1, batch_size=8, score="probability")
+def settings(**overrides):
+    from curate.stages.fidelity import FidelitySettings
+
+    fast = {"sparsities": "0.1,0.5,0.9", "samples": 2, "finetune_epochs": 1, "batch_size": 8, "score": "probability",
+            "seeds": 1, "device": "cpu"}
+    return FidelitySettings(**{**fast, **overrides})
 
 
-def test_fidelity_dataset_run_folder_cache_and_repeat(world):
-    import json
+VERDICTS = {"reference", "faithful", "MoRF only", "LeRF only", "not above random"}
+VERDICTS |= {v + " (marginal)" for v in VERDICTS - {"reference"}}
 
-    from curate.metrics.fidelity_run import fidelity_dataset
+
+def test_fidelity_run_folder_record_cache_and_repeat(world):
     from curate.models import load_model
+    from curate.runs import load_run
+    from curate.runs.fidelity import FidelityRun
+    from curate.stages.fidelity import compute_fidelity, fidelity
 
     clip = load_model("curate-tiny-rn", seed=0)
-    methods = ["gradcam", "mask", "mask~0.5", "mask~1.0", "random"]
-    first = fidelity_dataset(world, clip, methods, run_name="r1", **FAST)
+    methods = ("gradcam", "mask", "mask~0.5", "mask~1.0", "random")
+    calls = []
+    first = fidelity(world, clip, settings(methods=methods, seeds=2), run_name="r1",
+                     progress=lambda done, total, message="": calls.append((done, total, message)))
     run = world / "runs" / "r1"
     for name in ("config.json", "curves.csv", "curves.json", "aucs.json", "ranking.csv", "correlations.json",
                  "curves.png", "summary.json"):
         assert (run / name).is_file(), name
-    assert first.config["finetune"]["cached"] is False and first.config["images"] == 18
-    assert first.config["skipped"] == {}
-    assert sorted(r["method"] for r in first.ranking) == sorted(methods)
-    assert {r["verdict"] for r in first.ranking} <= {"reference", "faithful", "MoRF only", "LeRF only",
-                                                     "not above random"}
+    assert {m for _, _, m in calls} >= {"fine-tuning", "scoring"} and (4 * 5, 4 * 5, "scoring") not in calls
+    assert (2 * 5, 2 * 5, "scoring") in calls
+    cfg = first.config
+    assert cfg.seeds == (0, 1) and cfg.marginal == 0.25 and cfg.images == 18 and cfg.skipped == {}
+    assert [c.seed for c in cfg.finetune.copies] == [0, 1] and not any(c.cached for c in cfg.finetune.copies)
+    assert sorted(first.methods) == sorted(methods)
+    assert set(first.verdicts.values()) <= VERDICTS and first.row("random").is_reference
+    gradcam = first.row("gradcam")
+    assert gradcam.family == "ffid" and gradcam.plus == first.aucs["gradcam"]["ffid_plus"]
+    assert len(gradcam.morf.by_seed) == 2 and gradcam.morf.low <= gradcam.morf.effect <= gradcam.morf.high
+    assert gradcam.vs_random_text("morf").startswith(("+", "-")) and first.row("random").vs_random_text("morf") == ""
+    # the mean AUC is the mean of the per-seed AUCs
+    per_seed = [first.aucs_by_seed["gradcam"][s]["ffid_plus"] for s in (0, 1)]
+    assert first.aucs["gradcam"]["ffid_plus"] == pytest.approx(np.mean(per_seed))
     assert set(first.correlations) == {"mask"}  # mask, mask~0.5, mask~1.0: a degraded series
     assert set(first.correlations["mask"]) >= {"fid_plus", "rfid_plus", "ffid_plus", "ffid_morf_vs_lerf"}
-    cached = list((world / "features" / "fidelity").glob("*.pt"))
-    assert len(cached) == 1
-    header = (run / "curves.csv").read_text().splitlines()[0]
-    assert header == "method,metric,sparsity,value"
-    summary = json.loads((run / "summary.json").read_text())
-    assert summary["config"]["baseline"].startswith("0 in the model's normalised input space")
-    # the report shows the run: ranking with verdicts, the series' correlations, the curves
-    from curate.report import build_report
+    assert set(first.macro_correlations("mask")) >= {"ffid_plus"}
+    assert len(list((world / "features" / "fidelity").glob("*.pt"))) == 2  # one copy per seed
+    assert (run / "curves.csv").read_text().splitlines()[0] == "method,metric,sparsity,value"
+    # the record reads back what was written
+    loaded = load_run(run)
+    assert isinstance(loaded, FidelityRun) and loaded.config == first.config
+    assert loaded.ranking == first.ranking and loaded.aucs == first.aucs and loaded.plot_path == run / "curves.png"
+    assert loaded.curves["gradcam"].by_seed[1] == first.curves["gradcam"].by_seed[1]
+    assert loaded.curves["gradcam"].auc("ffid_plus") == pytest.approx(loaded.aucs["gradcam"]["ffid_plus"])
+    assert loaded.aucs_by_seed == first.aucs_by_seed and loaded.metrics == list(METRICS_ALL)
+    # a run named like an existing one is refused before any work
+    with pytest.raises(FileExistsError):
+        fidelity(world, clip, settings(methods=("gradcam",)), run_name="r1")
+    # seed 1 alone is the first run's second replicate: its copy comes from the cache, same numbers
+    again = compute_fidelity(world, clip, settings(methods=("gradcam", "random"), seed=1))
+    assert again.config.finetune.all_cached and again.run_dir is None
+    assert again.curves["gradcam"].values == first.curves["gradcam"].by_seed[1]
+    assert again.curves["gradcam"].values != first.curves["gradcam"].by_seed[0]
 
+
+METRICS_ALL = ("fid_plus", "fid_minus", "rfid_plus", "rfid_minus", "ffid_plus", "ffid_minus")
+
+
+def test_three_seeds_on_a_tiny_case(world):
+    from curate.models import load_model
+    from curate.stages.fidelity import fidelity
+
+    clip = load_model("curate-tiny-rn", seed=0)
+    run = fidelity(world, clip, settings(methods=("mask", "random"), sparsities="0.5", samples=1, limit=6,
+                                         finetune_limit=6, batch_size=6, families=("ffid",), seeds=3), run_name="s3")
+    assert run.config.seeds == (0, 1, 2) and run.config.finetune.images == 6
+    assert len(list((world / "features" / "fidelity").glob("*.pt"))) == 3
+    mask = run.row("mask")
+    assert len(mask.morf.by_seed) == 3 and len(mask.lerf.by_seed) == 3 and mask.verdict in VERDICTS
+    assert mask.morf.effect == pytest.approx(np.mean(mask.morf.by_seed), abs=1e-6)
+    assert sorted(run.curves["mask"].by_seed) == [0, 1, 2] and run.metrics == ["ffid_plus", "ffid_minus"]
+    assert "3 seeds x images" in run.interval_note
+
+
+def test_a_version_1_run_still_loads(tmp_path):
+    """A fidelity run written before records (no record_version, one fine-tuning seed) is read and migrated."""
+    import json
+
+    from curate.runs import iter_runs
+    from curate.runs.fidelity import FidelityRun
+
+    run = tmp_path / "runs" / "old"
+    run.mkdir(parents=True)
+    row = {"rank": 1, "method": "gradcam", "by": "ffid", "ffid_plus": 2.72, "ffid_minus": 1.38,
+           "vs_random_morf": 0.8, "vs_random_morf_low": 0.5, "vs_random_morf_high": 1.1, "vs_random_lerf": 0.4,
+           "vs_random_lerf_low": 0.007, "vs_random_lerf_high": 0.9, "verdict": "faithful"}
+    config = {"kind": "fidelity", "dataset": "w", "model": "tiny", "model_kind": "clip", "methods": ["gradcam", "random"],
+              "sparsities": [0.1, 0.5], "alpha": 0.5, "beta": 0.1, "samples": 4, "score": "margin",
+              "families": ["ffid"], "seed": 0, "images": 64, "label_columns": 6, "skipped": {},
+              "finetune": {"epochs": 5, "key": "abc", "path": "f/abc.pt", "images": 1200, "lr": 1e-4, "cached": True},
+              "curate_version": "0.1.0"}
+    (run / "summary.json").write_text(json.dumps({"config": config, "aucs": {"gradcam": {"ffid_plus": 2.72}},
+                                                  "ranking": [row, {"rank": 2, "method": "random", "by": "ffid",
+                                                                    "ffid_plus": 1.8, "ffid_minus": 1.9,
+                                                                    "verdict": "reference"}],
+                                                  "correlations": {}, "timings": {"total_s": 1.0}}))
+    (run / "curves.json").write_text(json.dumps({"gradcam": {"sparsities": [0.1, 0.5], "images": 64,
+                                                             "curves": {"ffid_plus": [3.0, 2.4]}}}))
+    (run / "aucs.json").write_text(json.dumps({"gradcam": {"ffid_plus": 2.72, "ffid_minus": 1.38}}))
+    (run / "config.json").write_text(json.dumps(config))
+    [(_, old)] = list(iter_runs(tmp_path, "fidelity"))
+    assert isinstance(old, FidelityRun), old
+    assert old.config.seeds == (0,) and old.config.marginal is None
+    assert old.config.finetune.copies[0].key == "abc" and old.config.finetune.all_cached
+    gradcam = old.row("gradcam")
+    assert gradcam.verdict == "faithful" and not gradcam.marginal and gradcam.lerf.low == 0.007
+    assert gradcam.vs_random_text("lerf") == "+0.400 [+0.007, +0.900]" and gradcam.morf.by_seed == ()
+    assert old.curves["gradcam"]["ffid_plus"] == [3.0, 2.4] and old.curves["gradcam"].by_seed == {}
+    assert "one fine-tuning seed" in old.interval_note and old.plot_path is None
+    (run / "summary.json").unlink()
+    [(_, error)] = list(iter_runs(tmp_path, "fidelity"))
+    assert "summary.json" in str(error)
+
+
+def test_report_shows_a_fidelity_run(world):
+    from curate.models import load_model
+    from curate.report import build_report
+    from curate.stages.fidelity import fidelity
+
+    clip = load_model("curate-tiny-rn", seed=0)
+    fidelity(world, clip, settings(methods=("mask", "mask~0.5", "mask~1.0", "random"), sparsities="0.5", samples=1,
+                                   limit=6, finetune_limit=6, batch_size=6), run_name="r1")
     md = build_report(world).read_text()
     assert "Fidelity: which saliency maps deserve trust" in md and "`r1`" in md
     assert "Degraded series `mask`" in md and "fidelity_r1.png" in md
-    assert (md_dir := world / "runs" / "report").joinpath("fidelity_r1.png").is_file(), md_dir
-    # a second run reuses the fine-tuned weights and gives the same numbers for the same method and seed
-    second = fidelity_dataset(world, clip, ["gradcam"], run_name="r2", **FAST)
-    assert second.config["finetune"]["cached"] is True
-    assert second.curves["gradcam"].curves == first.curves["gradcam"].curves
-    other_seed = fidelity_dataset(world, clip, ["gradcam"], run_name="r3", seed=1, write=False, **FAST)
-    assert other_seed.curves["gradcam"].curves["rfid_plus"] != first.curves["gradcam"].curves["rfid_plus"]
+    assert (world / "runs" / "report" / "fidelity_r1.png").is_file()
 
 
 def test_fidelity_on_a_timm_classifier(world):
-    from curate.metrics.fidelity_run import fidelity_dataset
     from curate.models import load_model
+    from curate.stages.fidelity import fidelity
 
     model = load_model("timm:test_resnet", seed=0)
-    res = fidelity_dataset(world, model, ["gradcam", "random"], sparsities="0.2", samples=1, finetune_epochs=1,
-                           limit=3, finetune_limit=3, batch_size=3, run_name="timm")
-    assert res.config["label_columns"] == 1000 and res.config["model_kind"] != "clip"
-    assert res.config["finetune"]["images"] == 3
-    assert {"ffid_plus", "ffid_minus"} <= set(res.aucs["gradcam"])
+    run = fidelity(world, model, settings(methods=("gradcam", "random"), sparsities="0.2", samples=1, limit=3,
+                                          finetune_limit=3, batch_size=3, score="margin"), run_name="timm")
+    assert run.config.label_columns == 1000 and run.config.model_kind != "clip"
+    assert run.config.finetune.images == 3
+    assert {"ffid_plus", "ffid_minus"} <= set(run.aucs["gradcam"])
     assert len(list((world / "features" / "fidelity").glob("*.pt"))) == 1
 
 
@@ -232,6 +412,7 @@ def test_cli_scores_skips_a_corrupt_image_and_refuses_bad_methods(world):
     from click.testing import CliRunner
 
     from curate.cli import main
+    from curate.runs.fidelity import FidelityRun
     from curate.store import Dataset
 
     ds = Dataset.open(world)
@@ -241,17 +422,17 @@ def test_cli_scores_skips_a_corrupt_image_and_refuses_bad_methods(world):
     media.write_bytes(b"not an image")
     before = (world / "samples.parquet").read_bytes()
     args = ["fidelity", str(world), "--model", "curate-tiny-rn", "--pretrained", "none", "--methods",
-            "layercam,random", "--sparsity", "0.1,0.5", "--samples", "2", "--finetune-epochs", "1", "--run-name", "cli"]
+            "layercam,random", "--sparsity", "0.1,0.5", "--samples", "2", "--finetune-epochs", "1", "--seeds", "1",
+            "--device", "cpu", "--run-name", "cli"]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
-    assert "layercam" in result.output and "run folder" in result.output
+    assert "layercam" in result.output and "run folder" in result.output and "1 seed x images" in result.output
     config = json.loads((world / "runs" / "cli" / "config.json").read_text())
-    summary = json.loads((world / "runs" / "cli" / "summary.json").read_text())
-    assert summary["config"]["skipped"] == {"image_unreadable": 1} and summary["config"]["images"] == 17
-    assert config["methods"] == ["layercam", "random"]
-    verdicts = {r["method"]: r["verdict"] for r in summary["ranking"]}
-    assert verdicts["random"] == "reference" and verdicts["layercam"] in ("faithful", "MoRF only", "LeRF only",
-                                                                         "not above random")
+    assert config["kind"] == "fidelity" and config["record_version"] == 2 and config["seeds"] == [0]
+    run = FidelityRun.load(world / "runs" / "cli")
+    assert run.config.skipped == {"image_unreadable": 1} and run.config.images == 17
+    assert run.config.methods == ("layercam", "random")
+    assert run.verdicts["random"] == "reference" and run.verdicts["layercam"] in VERDICTS
     assert (world / "samples.parquet").read_bytes() == before  # the dataset itself is untouched
     for bad, message in (("gradcam,nonsense", "unknown saliency method"), ("mask~1.5", "noise ratio"),
                          ("mask,mask", "twice")):
@@ -260,10 +441,12 @@ def test_cli_scores_skips_a_corrupt_image_and_refuses_bad_methods(world):
     assert not (world / "runs" / "bad").exists()
     result = CliRunner().invoke(main, [*args, "--beta", "1.5"])
     assert result.exit_code == 1 and "alpha and beta" in result.output
+    result = CliRunner().invoke(main, [*args[:-2], "--run-name", "cli"])
+    assert result.exit_code == 1 and "exists" in result.output
 
 
 # ----------------------------------------------------------------------------- the paper's check (issue bar)
-DEGRADED_SERIES = ["mask", "mask~0.2", "mask~0.4", "mask~0.6", "mask~0.8", "mask~1.0"]
+DEGRADED_SERIES = ("mask", "mask~0.2", "mask~0.4", "mask~0.6", "mask~0.8", "mask~1.0")
 
 
 @pytest.mark.slow
@@ -271,19 +454,24 @@ def test_ffidelity_ranks_a_degraded_mask_series_on_the_synthetic_world(demo_dir)
     """papers/002 §5 on our world: the object mask of the demo's uncorrelated reference CLIP (a model
     that looks at the object), degraded with noise ratios 0-1, scored on 96 evaluation images with
     F-Fidelity fine-tuned on all 1200, logit-margin score. The issue's bar: macro Spearman(F-Fid+
-    AUC, noise) <= -0.9 (measured -1.00 for fine-tuning seeds 0, 1 and 2).
+    AUC, noise) <= -0.9 (measured -1.00 for fine-tuning seeds 0, 1 and 2 each; the three averaged,
+    seeds=3, pass too). One seed here: each further seed costs one more fine-tuning of the 1200
+    images and triples nothing else but the scoring (31 min instead of about 10 on 2 loaded cores).
     Plain Fid and R-Fid on the same series are logged for the note (not asserted)."""
     import logging
 
-    from curate.metrics.fidelity_run import fidelity_dataset
+    from curate.stages.fidelity import FidelitySettings, compute_fidelity
 
     torch.set_num_threads(2)
-    res = fidelity_dataset(demo_dir / "world-eval", demo_dir / "models" / "reference-uncorrelated.pt",
-                           DEGRADED_SERIES, sparsities="0.05:0.95:0.1", samples=4, finetune_epochs=5, limit=96,
-                           score="margin", seed=0, write=False)
-    corr = res.correlations["mask"]
-    logging.getLogger(__name__).warning("macro Spearman vs noise: %s",
-                                        {m: round(v["macro"], 2) for m, v in corr.items()})
+    run = compute_fidelity(demo_dir / "world-eval", demo_dir / "models" / "reference-uncorrelated.pt",
+                           FidelitySettings(methods=DEGRADED_SERIES, sparsities="0.05:0.95:0.1", samples=4,
+                                            finetune_epochs=5, limit=96, score="margin", seed=0, seeds=1,
+                                            device="cpu"),
+                           write_cache=False)
+    corr = run.correlations["mask"]
+    logging.getLogger(__name__).warning("macro Spearman vs noise: %s (fine-tuned copies cached: %s)",
+                                        {m: round(v["macro"], 2) for m, v in corr.items()},
+                                        [c.cached for c in run.config.finetune.copies])
     assert corr["ffid_plus"]["macro"] <= -0.9, corr
-    aucs = [res.aucs[m]["ffid_plus"] for m in DEGRADED_SERIES]
+    aucs = [run.aucs[m]["ffid_plus"] for m in DEGRADED_SERIES]
     assert aucs[0] > aucs[-1]  # the clean mask beats the random map by F-Fid+

@@ -3,14 +3,20 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from curate.stages.evaluate import compute_metrics
 from curate.metrics.accuracy import (
-    balanced_accuracy, class_drops, mean_drop, mean_per_class_recall, topk_correct, unbalanced_accuracy,
+    balanced_accuracy,
+    class_drops,
+    mean_drop,
+    mean_per_class_recall,
+    topk_correct,
+    unbalanced_accuracy,
 )
 from curate.metrics.bootstrap import bootstrap_groups, bootstrap_mean
 from curate.metrics.robustness import effective_robustness, fit_effective_robustness, logit, sigmoid
+from curate.stages.evaluate import compute_metrics
 from curate.zeroshot.candidates import CandidateSpace, build_top20
 
 

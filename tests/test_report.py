@@ -51,14 +51,17 @@ def test_report_has_every_section_and_figure(world: Dataset, tmp_path: Path) -> 
     # Fig. 3 table: counts per class from the folder
     assert "| missile (657) | grass | 3 | water | 3 |" in md and "| **total** |  | 9 |  | 9 |" in md
     # Fig. 4 table: drop with its interval, and the dropped class with its reason
-    assert "| ostrich (9) | grass | 90.0 | water | 40.0 | 50.0 [30.0, 70.0] | 3 | 3 |" in md
+    # (a version-1 split run: no cross-fitted drop, so "—"; the p-value is shown)
+    assert "| ostrich (9) | grass | 90.0 | water | 40.0 | 50.0 [30.0, 70.0] | — | 0.010 | 3 | 3 |" in md
     assert "drop 1.0 <= 5" in md
+    assert "kept classes are not distinguishable from noise" in md and "in-sample" in md
+    assert "`--min-per-background` is a curate addition" in md
     # Table 2: intervals, effective robustness defined for 3 models, the repeat left out
     row = next(line for line in md.splitlines() if line.startswith("| model-a |"))
     assert "90.0 [85.0, 95.0]" in row and "50.0 [40.0, 60.0]" in row
     assert re.search(r"\| -?\d+\.\d \| 9 \| 9 \| `eval-a` \|", row)
     assert "`eval-c` (repeats `eval-c-again`)" in md and "| model-c |" in md
-    assert "| imagenet1k | simple | 3 |" in md  # the fit over 3 models
+    assert "| clip | imagenet1k | simple | 3 | logit |" in md  # the fit over 3 models of one family
     # SSS / RMA by group
     assert "| `explain-gradcam-m-a` | open_clip:m-a / gradcam / visual.trunk / true | easy | 0.300 | 0.700 | 0.800 | 9 | 0 |" in md
     assert "| hard | 0.600 | 0.400 | 0.800 | 8 | 1 |" in md

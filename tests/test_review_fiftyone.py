@@ -360,7 +360,8 @@ def test_app_launched_by_curate_serves_the_dataset(fo, world) -> None:
               const counts = cs.map(c => { const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
                 const s = new Set(); for (let i = 0; i < d.length; i += 64) s.add(d[i] + ',' + d[i+1] + ',' + d[i+2]);
                 return s.size; });
-              return counts.length >= %d && counts.every(x => x > 20) ? counts : null; })()""" % n, timeout=60)
+              return counts.length >= MIN && counts.every(x => x > 20) ? counts : null; })()""".replace("MIN", str(n)),
+                                    timeout=60)
             assert len(colours) >= n
             text = page.evaluate("document.body.innerText")
             for label in ("polar bear", "black swan", "vulture"):

@@ -22,6 +22,18 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from store_helpers import (
+    REPO_DIR,
+    SIZE,
+    TESTS_DIR,
+    color_for,
+    disk_state,
+    make_dataset,
+    rewrite_parquet,
+    set_cell,
+    solid_png,
+    toy_space,
+)
 
 from curate.store import (
     DEFAULT_BACKGROUNDS,
@@ -36,18 +48,7 @@ from curate.store import (
     summarize,
 )
 from curate.store import atomic as atomic_mod
-from store_helpers import (
-    REPO_DIR,
-    SIZE,
-    TESTS_DIR,
-    color_for,
-    disk_state,
-    make_dataset,
-    rewrite_parquet,
-    set_cell,
-    solid_png,
-    toy_space,
-)
+
 
 def errors(root: Path) -> list[ValidationProblem]:
     return [p for p in check_dataset(root) if p.severity == "error"]

@@ -11,8 +11,8 @@ a new stage adds a module without touching the others.
 """
 from __future__ import annotations
 
-import logging
 import importlib
+import logging
 import pkgutil
 import sys
 from typing import Any

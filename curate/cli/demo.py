@@ -8,6 +8,7 @@ import click
 from rich.table import Table
 
 from curate.cli import main, out, progress
+from curate.formatting import num, pct
 
 
 @main.command()
@@ -45,34 +46,43 @@ def demo(workdir: Path, steps: int | None) -> None:
     out().print(f"split (papers/003 §2.1, reference = the p=0.9 model): {result.split_kept} of {result.split_classes} classes "
                 f"kept; easy = the planted background for {result.split_planted_easy} of {result.split_kept}; "
                 f"table and Fig. 3/4 in {result.split_dir}")
+    if result.noise_summary:
+        out().print(f"  {result.noise_summary}; reference drop {result.reference_drop} (in-sample: the reference chose "
+                    "easy/hard; cross-fitted: chosen on one half of the images, measured on the other)")
     evaluation = Table(title="evaluation engine on the split evaluation world "
                              "(prompt 'A photo of {}.', balanced top-1 %)", title_justify="left")
-    for column in ("label space", "trained on", "easy", "hard", "drop [95% CI]"):
-        evaluation.add_column(column, justify="left" if column in ("label space", "trained on") else "right")
+    for column in ("label space", "trained on", "easy", "hard", "drop [95% CI]", "note"):
+        evaluation.add_column(column, justify="left" if column in ("label space", "trained on", "note") else "right")
     for e in result.evaluations:
-        evaluation.add_row(e.label_space, e.model, f"{100 * e.easy:.1f}", f"{100 * e.hard:.1f}",
-                           f"{100 * e.drop:.1f} [{100 * e.drop_ci[0]:.1f}, {100 * e.drop_ci[1]:.1f}]")
+        note = ""
+        if e.in_sample:
+            note = "in-sample (the split's reference)" + (f"; cross-fitted {pct(e.corrected_drop)}"
+                                                          if e.corrected_drop == e.corrected_drop else "")
+        evaluation.add_row(e.label_space, e.model, pct(e.easy), pct(e.hard),
+                           f"{pct(e.drop)} [{pct(e.drop_ci[0])}, {pct(e.drop_ci[1])}]", note)
     out().print(evaluation)
     if result.saliency:
         sal = Table(title="saliency on the split evaluation world, true-class target (SSS: lower = on the object; "
                           "RMA: mass on the object)", title_justify="left")
-        for column in ("trained on", "method", "SSS easy", "SSS hard", "RMA easy", "RMA hard", "uniform-map SSS"):
+        for column in ("trained on", "method", "SSS easy", "SSS hard", "RMA easy", "RMA hard", "uniform-map SSS",
+                       "NaN images easy / hard"):
             sal.add_column(column, justify="left" if column in ("trained on", "method") else "right")
         for s in result.saliency:
             g = s.get("groups") or {}
             easy, hard = g.get("easy") or g.get("aligned") or {}, g.get("hard") or g.get("conflicting") or {}
-            sal.add_row(s["model"], s["method"], f"{easy.get('sss', float('nan')):.3f}", f"{hard.get('sss', float('nan')):.3f}",
-                        f"{easy.get('rma', float('nan')):.3f}", f"{hard.get('rma', float('nan')):.3f}",
-                        f"{(s.get('overall') or {}).get('sss_uniform', float('nan')):.3f}")
+            sal.add_row(s["model"], s["method"], num(easy.get("sss")), num(hard.get("sss")), num(easy.get("rma")),
+                        num(hard.get("rma")), num((s.get("overall") or {}).get("sss_uniform")),
+                        f"{easy.get('n_nan', 0)} / {hard.get('n_nan', 0)} of {easy.get('n', 0)} / {hard.get('n', 0)}")
         out().print(sal)
     if result.fidelity:
         fid = Table(title="fidelity of the saliency maps (F-Fidelity AUCs, papers/002; Fid+ higher and Fid- lower = more "
-                          "faithful; verdict vs a random map, paired 95% bootstrap)", title_justify="left")
+                          f"faithful; verdict vs a random map, {result.fidelity_note or 'paired 95% bootstrap'})",
+                    title_justify="left")
         for column in ("trained on", "method", "F-Fid+", "F-Fid-", "verdict"):
             fid.add_column(column, justify="left" if column in ("trained on", "method", "verdict") else "right")
         for r in result.fidelity:
-            fid.add_row(r["model"], r["method"], f"{r.get('ffid_plus', float('nan')):.4f}",
-                        f"{r.get('ffid_minus', float('nan')):.4f}", r.get("verdict", ""))
+            fid.add_row(r["model"], r["method"], num(r.get("ffid_plus"), 4), num(r.get("ffid_minus"), 4),
+                        r.get("verdict", ""))
         out().print(fid)
     out().print(f"runs: {workdir}/world-eval/runs/  table and scatter: {result.compare_dir}/compare.md, compare.png")
     if result.report:

@@ -8,6 +8,7 @@ import click
 from rich.table import Table
 
 from curate.cli import err, main, out, progress
+from curate.cli.options import batch_options, device_options, run_options
 from curate.saliency.registry import method_names
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -42,12 +43,9 @@ def _target(ctx: click.Context, param: click.Parameter, value: str):
               help="simple | openai | template file (default: the weights' caption template, else simple).")
 @click.option("--save-maps", is_flag=True,
               help="Write maps/<sample_id>.npz (float32 maps the scores come from, aligned mask, targets).")
-@click.option("--run-name", default=None, help="Run folder name under DIR/runs/ (default: explain-<method>-<model>-<time>).")
-@click.option("--overwrite", is_flag=True, help="Replace an existing run of the same name.")
-@click.option("--device", default="auto", show_default=True, help="cpu | cuda | cuda:1 | auto")
-@click.option("--precision", default="fp32", show_default=True, help="fp32 | fp16 | bf16 | amp | amp_bf16")
-@click.option("--batch-size", type=int, default=32, show_default=True, help="Images per batch (halved on out-of-memory).")
-@click.option("--workers", type=int, default=0, show_default=True, help="DataLoader workers decoding images and masks.")
+@run_options
+@device_options
+@batch_options(batch_size=32, workers=0)
 @click.option("--limit", type=int, default=None, help="Explain only the first N samples with a mask.")
 @click.option("--json", "as_json", is_flag=True, help="Print the run's config and summary as JSON instead of tables.")
 def explain_cmd(directory: Path, model_name: str, pretrained: str | None, method: str, target, layer: str | None,

@@ -6,7 +6,8 @@ from pathlib import Path
 import click
 from rich.table import Table
 
-from curate.cli import main, out as stdout, progress
+from curate.cli import main, progress
+from curate.cli import out as stdout
 
 
 @main.command("train-reference")

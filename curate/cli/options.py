@@ -11,7 +11,7 @@ Each is a decorator; the verb receives the options as keyword arguments of the s
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import click
 
@@ -77,13 +77,13 @@ def run_options(func: Callable) -> Callable:
     ])
 
 
-def batch_options(*, batch_size: int = 256, workers: int | None = None) -> Callable:
-    """``--batch-size`` and ``--workers`` (decoding processes)."""
+def batch_options(*, batch_size: int = 256, workers: int | None = None, with_workers: bool = True) -> Callable:
+    """``--batch-size`` and (unless ``with_workers`` is False) ``--workers`` (decoding processes)."""
     def decorate(func: Callable) -> Callable:
-        return _apply(func, [
-            click.option("--batch-size", type=int, default=batch_size, show_default=True,
-                         help="Images per batch (halved on out-of-memory where the stage supports it)."),
-            click.option("--workers", type=int, default=workers, show_default=workers is not None,
-                         help="Decoding processes (default: 0 on CPU, up to 8 on GPU)."),
-        ])
+        options = [click.option("--batch-size", type=int, default=batch_size, show_default=True,
+                                help="Images per batch (halved on out-of-memory where the stage supports it).")]
+        if with_workers:
+            options.append(click.option("--workers", type=int, default=workers, show_default=workers is not None,
+                                        help="Decoding processes (default: 0 on CPU, up to 8 on GPU)."))
+        return _apply(func, options)
     return decorate

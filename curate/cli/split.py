@@ -7,6 +7,7 @@ import click
 from rich.table import Table
 
 from curate.cli import err, main, out, progress
+from curate.cli.options import batch_options, device_options, run_options
 from curate.formatting import num, pct, pct_ci
 
 
@@ -27,10 +28,8 @@ def _bar(bar, task):
 @click.option("--threshold", type=float, default=0.5, show_default=True,
               help="Below this probability a pre-label gets the tag review:background.")
 @click.option("--measure", is_flag=True, help="Write nothing; score against existing human/synthetic labels.")
-@click.option("--device", default="auto", show_default=True, help="auto | cpu | cuda[:N]")
-@click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16", "amp", "amp_bf16"]), default="fp32", show_default=True)
-@click.option("--batch-size", type=int, default=256, show_default=True)
-@click.option("--workers", type=int, default=None, help="Decoding processes (default: 0 on CPU, up to 8 on GPU).")
+@device_options
+@batch_options(batch_size=256)
 def label_backgrounds_cmd(directory: Path, model: str, pretrained: str | None, prompts_file: Path | None, threshold: float,
                           measure: bool, device: str, precision: str, batch_size: int, workers: int | None) -> None:
     """CLIP background pre-labels for unlabelled samples (people's labels are never overwritten)."""
@@ -95,11 +94,9 @@ def _parse_pin(ds, text: str) -> tuple[int, tuple[str, str]]:
 @click.option("--pin", "pins", multiple=True, help="CLASS:EASY:HARD — fix a class's backgrounds (kept across re-runs).")
 @click.option("--unpin", "unpins", multiple=True, help="CLASS — remove a pin.")
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--device", default="auto", show_default=True, help="auto | cpu | cuda[:N]")
-@click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16", "amp", "amp_bf16"]), default="fp32", show_default=True)
-@click.option("--batch-size", type=int, default=256, show_default=True)
-@click.option("--run-name", help="Name of the split run folder (an existing one is refused unless --overwrite).")
-@click.option("--overwrite", is_flag=True, help="Replace an existing run of that name.")
+@device_options
+@batch_options(batch_size=256, with_workers=False)
+@run_options
 def split_cmd(directory: Path, references: tuple[str, ...], pretrained: tuple[str, ...], predictions: tuple[str, ...],
               min_per_background: int, min_drop: float, require_significant: bool, alpha: float, n_perm: int,
               n_boot: int, crossfit_folds: int, crossfit_repeats: int, allow_model_backgrounds: bool,

@@ -32,9 +32,10 @@ import contextlib
 import hashlib
 import io
 import logging
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any
 from urllib.parse import quote
 
 import numpy as np
@@ -58,8 +59,8 @@ from curate.collect.http import (
     host_of,
 )
 from curate.collect.journal import Journal
-from curate.licenses import normalize_license
 from curate.labels import LabelSpace, imagenet1k
+from curate.licenses import normalize_license
 from curate.paths import data_dir
 from curate.store import Dataset, DatasetError, PreparedImage
 

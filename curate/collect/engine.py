@@ -28,10 +28,11 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter, deque
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -88,7 +89,7 @@ class Candidate:
         return {"sample": self.sample, "url": self.url}
 
     @classmethod
-    def from_journal(cls, record: Mapping[str, Any]) -> "Candidate | None":
+    def from_journal(cls, record: Mapping[str, Any]) -> Candidate | None:
         """Rebuild a URL candidate from a journaled failure (None when it cannot be)."""
         view = record.get("candidate") or {}
         if not view.get("url") or not isinstance(view.get("sample"), dict):
@@ -243,7 +244,7 @@ class Engine:
     def close(self) -> None:
         self._executor.shutdown(wait=True, cancel_futures=True)
 
-    def __enter__(self) -> "Engine":
+    def __enter__(self) -> Engine:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -28,9 +28,10 @@ import hashlib
 import logging
 import os
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from curate.collect.engine import (
     Candidate,
@@ -40,8 +41,8 @@ from curate.collect.engine import (
     StreamItem,
 )
 from curate.collect.journal import Journal
-from curate.licenses import normalize_license
 from curate.labels import AmbiguousClassError, LabelSpace, UnknownClassError, imagenet1k
+from curate.licenses import normalize_license
 from curate.store import DEFAULT_BACKGROUNDS, Dataset, DatasetError
 
 log = logging.getLogger(__name__)

@@ -32,8 +32,9 @@ import random
 import re
 import threading
 import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 import requests
@@ -411,7 +412,7 @@ class PoliteClient:
                 session.close()
             self._sessions.clear()
 
-    def __enter__(self) -> "PoliteClient":
+    def __enter__(self) -> PoliteClient:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -27,9 +27,10 @@ import os
 import shutil
 import uuid
 from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import filelock
 
@@ -91,7 +92,7 @@ class Journal:
         self._cleaner: ThreadPoolExecutor | None = None
 
     # ------------------------------------------------------------------ lifecycle
-    def __enter__(self) -> "Journal":
+    def __enter__(self) -> Journal:
         self.open()
         return self
 

@@ -30,8 +30,8 @@ from __future__ import annotations
 import io
 import logging
 import math
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Sequence
 
 import numpy as np
 from PIL import Image, ImageDraw

@@ -37,6 +37,42 @@ Higher Fid+ and lower Fid- mean a more faithful explanation. Curves over sparsit
 (papers/002 §5: 5 %-95 % in 5 % steps) are summarised by their AUC (trapezoid, divided by the
 sparsity range, so an AUC is the curve's mean); the *macro* Spearman correlation of the AUCs with
 the ground-truth order of a degraded series is the paper's check (:func:`degrade`, :func:`spearman`).
+What each metric is (name, formula, direction, equation) is declared once in :data:`METRIC_INFO`.
+
+Verdicts against a random map (:func:`trust_vs_reference`) must survive re-fitting: F-Fidelity
+depends on one fine-tuned copy and on the removal draws, so a verdict is computed over ``R``
+**replicates** ``r`` (seeds ``seed, seed + 1, ...``; replicate ``r`` = the copy fine-tuned with
+seed ``r`` and removal draws, tie-breaking and the random reference map seeded by ``r``; Fid and
+R-Fid, which fine-tune nothing, vary only by their draws). With ``fam`` the ranking family
+(F-Fid when computed, else R-Fid, else Fid) and per-image AUCs over sparsity, the paired
+differences of a method to the reference on image ``i`` under replicate ``r`` are::
+
+    MoRF:  d_ri = AUC(fam+ of method)_ri - AUC(fam+ of random)_ri     (top pixels matter more)
+    LeRF:  d_ri = AUC(fam- of random)_ri - AUC(fam- of method)_ri     (keeping them preserves more)
+    effect  theta = 1/(R N) sum_r sum_i d_ri
+
+Its interval is a **two-way (seeds x images) bootstrap** (:func:`seed_image_bootstrap`): every
+replicate scored the same N images, so seeds and images are crossed factors, and a bootstrap
+replicate draws R seeds with replacement and, independently, N images with replacement, and
+averages ``d`` over the drawn pairs::
+
+    theta*_b = 1/(R N) sum_{a=1..R} sum_{c=1..N} d[J_a, I_c],   J ~ U{1..R}^R,  I ~ U{1..N}^N
+
+so ``Var(theta*) ~ s2_seed / R + s2_image / N + s2_interaction / (R N)``: the spread between
+fine-tuned copies enters the interval next to the spread between images (resampling images
+independently *within* each seed would divide the image term by R, as if every seed had its
+own images). The interval is the 2.5 and 97.5 percentiles of ``B`` replicates (default 2000,
+seeded). With ``R = 1`` it is the plain paired bootstrap over images. With few seeds the
+bootstrap sees the seed spread through R values and understates that term by ``(R - 1) / R``
+(a third at R = 3); the marginal flag below is there for the verdicts this could flip.
+
+Verdict: ``faithful`` when both intervals lie above 0, ``MoRF only`` / ``LeRF only`` when one
+does, ``not above random`` otherwise. An interval above 0 is **marginal** when its lower bound
+is below ``marginal`` (default 0.25) times the effect: ``0 < low < marginal * theta``. For a
+symmetric interval ``low = theta - 1.96 se``, so ``marginal = 0.25`` marks the effects with
+``1.96 < theta / se < 2.61``: excluded from 0 at the 95 % level but not at 99 %. A verdict
+resting on a marginal interval gets the suffix ``(marginal)``, e.g. ``faithful (marginal)``;
+``marginal = 0`` turns the marking off.
 """
 from __future__ import annotations
 
@@ -44,20 +80,60 @@ import copy
 import hashlib
 import json
 import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-#: The paper's defaults (papers/002 App. D, figure names: MoRF/LeRF 0.5, threshold 0.1).
+from curate.metrics.info import MetricInfo
+
+#: The paper's defaults (papers/002 App. E.4, figure names: MoRF/LeRF 0.5, threshold 0.1).
 DEFAULT_ALPHA = 0.5
 DEFAULT_BETA = 0.1
 DEFAULT_SAMPLES = 10
 DEFAULT_SPARSITIES = tuple(round(0.05 * i, 2) for i in range(1, 20))
 METRICS = ("fid_plus", "fid_minus", "rfid_plus", "rfid_minus", "ffid_plus", "ffid_minus")
 SCORES = ("accuracy", "probability", "margin")
+#: Replicates (fine-tuning and removal seeds) behind a verdict, and the marginal rule's fraction.
+DEFAULT_SEEDS = 3
+DEFAULT_MARGINAL = 0.25
+DEFAULT_BOOTSTRAP = 2000
+#: Verdicts of a method against the reference map; the reference's own; the marginal suffix.
+VERDICTS = ("faithful", "MoRF only", "LeRF only", "not above random")
+REFERENCE_VERDICT = "reference"
+MARGINAL_SUFFIX = " (marginal)"
+
+_SCORE_NOTE = "1[.] is the indicator of a right prediction (score=accuracy), or p(y|.) or the logit margin"
+_NAN = ("the model's logits are not finite for an image (scores probability and margin)",)
+FID_PLUS_INFO = MetricInfo(
+    name="Fid+", formula="1/N sum_i (1[f(x_i) = y_i] - 1[f(x_i - m_i) = y_i]): remove the explanation (MoRF); "
+                         + _SCORE_NOTE,
+    higher_is_better=True, paper="papers/002 §2.3 eq. 1", nan_reasons=_NAN)
+FID_MINUS_INFO = MetricInfo(
+    name="Fid-", formula="1/N sum_i (1[f(x_i) = y_i] - 1[f(x_i ∩ m_i) = y_i]): keep only the explanation (LeRF); "
+                         + _SCORE_NOTE,
+    higher_is_better=False, paper="papers/002 §2.3 eq. 2", nan_reasons=_NAN)
+RFID_PLUS_INFO = MetricInfo(
+    name="R-Fid+", formula="Fid+ with a stochastic removal of round(alpha+ k) of the k explanation pixels, "
+                           "averaged over S samples",
+    higher_is_better=True, paper="papers/002 §2.3 eq. 3 (Zheng et al. 2024)", nan_reasons=_NAN)
+RFID_MINUS_INFO = MetricInfo(
+    name="R-Fid-", formula="Fid- with a stochastic removal of round(alpha- (D - k)) of the D - k other pixels, "
+                           "averaged over S samples",
+    higher_is_better=False, paper="papers/002 §2.3 eq. 4 (Zheng et al. 2024)", nan_reasons=_NAN)
+FFID_PLUS_INFO = MetricInfo(
+    name="F-Fid+", formula="R-Fid+ on a copy fine-tuned with random masks of at most beta D pixels (eq. 5), "
+                           "alpha+' = min(alpha+, beta D / k)",
+    higher_is_better=True, paper="papers/002 §3 eqs. 5-6, Alg. 1", nan_reasons=_NAN)
+FFID_MINUS_INFO = MetricInfo(
+    name="F-Fid-", formula="R-Fid- on the fine-tuned copy (eq. 5), alpha-' = min(alpha-, beta D / (D - k))",
+    higher_is_better=False, paper="papers/002 §3 eqs. 5-6, Alg. 1", nan_reasons=_NAN)
+#: ``{metric key: MetricInfo}`` in :data:`METRICS` order.
+METRIC_INFO = dict(zip(METRICS, (FID_PLUS_INFO, FID_MINUS_INFO, RFID_PLUS_INFO, RFID_MINUS_INFO, FFID_PLUS_INFO,
+                                 FFID_MINUS_INFO)))
 
 Predict = Callable[[torch.Tensor], torch.Tensor]  # (N, 3, H, W) -> logits (N, C)
 
@@ -92,7 +168,7 @@ def removal_counts(sparsity: float, d: int, alpha_plus: float, alpha_minus: floa
     k = explanation_size(sparsity, d)
     plus, minus = round(alpha_plus * k), round(alpha_minus * (d - k))
     if beta is not None:
-        cap = int(math.floor(beta * d + 1e-9))
+        cap = math.floor(beta * d + 1e-9)
         plus, minus = min(plus, cap), min(minus, cap)
     return int(plus), int(minus)
 
@@ -119,7 +195,7 @@ def random_input_masks(n: int, hw: tuple[int, int], beta: float, *, generator: t
     """``(N, H, W)`` bool masks for fine-tuning (papers/002 eq. 5): each removes a uniformly random
     number in ``[0, floor(beta * D)]`` of uniformly random pixels, never more than ``beta * D``."""
     d = hw[0] * hw[1]
-    cap = int(math.floor(beta * d + 1e-9))
+    cap = math.floor(beta * d + 1e-9)
     counts = torch.randint(0, cap + 1, (n, 1), generator=generator, device=device)
     keys = torch.rand((n, d), generator=generator, device=device)
     ranks = torch.argsort(torch.argsort(keys, dim=1), dim=1)
@@ -152,7 +228,7 @@ def _correct(logits: torch.Tensor, labels: torch.Tensor, score: str) -> torch.Te
 def _scores(predict: Predict, images: torch.Tensor, labels: torch.Tensor, removed: torch.Tensor,
             baseline: Any, score: str, chunk: int) -> torch.Tensor:
     """Mean over samples of the score of each image with ``removed`` (S, N, D) pixels removed: (N,)."""
-    s, n, d = removed.shape
+    s, n, _ = removed.shape
     h, w = images.shape[-2:]
     flat = removed.reshape(s * n, h, w)
     rep = images.unsqueeze(0).expand(s, *images.shape).reshape(s * n, *images.shape[1:])
@@ -390,4 +466,145 @@ def series_correlations(results: Mapping[Any, FidelityCurves], truth: Mapping[An
         if f"{fam}_plus" in first.curves and f"{fam}_minus" in first.curves:
             out[f"{fam}_morf_vs_lerf"] = {"macro": spearman([results[n].aucs[f"{fam}_plus"] for n in names],
                                                              [results[n].aucs[f"{fam}_minus"] for n in names])}
+    return out
+
+
+# ----------------------------------------------------------------------------- replicates and verdicts
+def mean_curves(replicates: Sequence[FidelityCurves]) -> FidelityCurves:
+    """The curves averaged over replicates of the same images (per image, then over images)."""
+    if not replicates:
+        raise FidelityError("no replicate to average")
+    first = replicates[0]
+    if any(r.n_images != first.n_images or r.sparsities != first.sparsities for r in replicates):
+        raise FidelityError("replicates must score the same images at the same sparsities")
+    per = {m: np.mean([r.per_image[m] for r in replicates], axis=0) for m in first.per_image}
+    return FidelityCurves(first.sparsities, {m: [float(x) for x in v.mean(0)] for m, v in per.items()}, per,
+                          first.n_images)
+
+
+def ranking_family(metrics: set[str] | Sequence[str]) -> str:
+    """The family a ranking uses: F-Fidelity when computed, else R-Fidelity, else Fidelity."""
+    metrics = set(metrics)
+    for fam in ("ffid", "rfid", "fid"):
+        if f"{fam}_plus" in metrics and f"{fam}_minus" in metrics:
+            return fam
+    raise FidelityError(f"no family with both + and - among {sorted(metrics)}")
+
+
+def rank_methods(aucs: Mapping[str, Mapping[str, float]]) -> list[dict[str, Any]]:
+    """Methods by F-Fid+ AUC (higher first), then F-Fid- AUC (lower first); R-Fid (then Fid) when no F-Fid."""
+    fam = ranking_family({k for a in aucs.values() for k in a})
+    order = sorted(aucs, key=lambda m: (-aucs[m][f"{fam}_plus"], aucs[m][f"{fam}_minus"]))
+    return [{"rank": i + 1, "method": m, "by": fam, **aucs[m]} for i, m in enumerate(order)]
+
+
+def seed_image_bootstrap(diffs: Any, *, n_boot: int = DEFAULT_BOOTSTRAP, seed: int = 0,
+                         level: float = 0.95) -> tuple[float, float]:
+    """Two-way (seeds x images) percentile bootstrap interval of the mean of ``diffs`` ``(R, N)``.
+
+    Each of ``n_boot`` replicates draws R seed rows and, independently, N image columns with
+    replacement and averages the R x N drawn cells (module docstring). A 1-D array is one seed.
+    Images with a non-finite value in any seed are left out; none left gives ``(nan, nan)``.
+    """
+    d = np.asarray(diffs, dtype=np.float64)
+    if d.ndim == 1:
+        d = d[None, :]
+    d = d[:, np.isfinite(d).all(axis=0)]
+    r, n = d.shape
+    if r == 0 or n == 0:
+        return float("nan"), float("nan")
+    rng = np.random.default_rng(seed)
+    stats = []
+    for start in range(0, n_boot, 250):  # bounded memory: (250, N) image counts at a time
+        b = min(250, n_boot - start)
+        w_seed = rng.multinomial(r, np.full(r, 1.0 / r), size=b)  # (b, R) how often each seed is drawn
+        w_img = rng.multinomial(n, np.full(n, 1.0 / n), size=b)  # (b, N) how often each image is drawn
+        stats.append(np.einsum("bn,bn->b", w_seed @ d, w_img) / (r * n))
+    values = np.concatenate(stats)
+    tail = (1 - level) / 2 * 100
+    low, high = np.percentile(values, [tail, 100 - tail])
+    return float(low), float(high)
+
+
+def is_marginal(effect: float, low: float, fraction: float | None = DEFAULT_MARGINAL) -> bool:
+    """An interval above 0 whose lower bound nearly touches it: ``0 < low < fraction * effect``."""
+    if not fraction or not (np.isfinite(effect) and np.isfinite(low)):
+        return False
+    return bool(0 < low < fraction * effect)
+
+
+@dataclass(frozen=True)
+class VsReference:
+    """A method minus the reference map for one order (MoRF or LeRF): effect, interval, per seed."""
+
+    effect: float
+    low: float
+    high: float
+    by_seed: tuple[float, ...] = ()
+    marginal: bool = False
+
+    @property
+    def above(self) -> bool:
+        """The whole interval lies above 0."""
+        return bool(self.low > 0)
+
+
+def compare_to_reference(diffs: Any, *, n_boot: int = DEFAULT_BOOTSTRAP, seed: int = 0, level: float = 0.95,
+                         marginal: float | None = DEFAULT_MARGINAL) -> VsReference:
+    """:class:`VsReference` of paired per-image differences ``(R, N)`` (seeds x images)."""
+    d = np.asarray(diffs, dtype=np.float64)
+    if d.ndim == 1:
+        d = d[None, :]
+    finite = d[:, np.isfinite(d).all(axis=0)]
+    effect = float(finite.mean()) if finite.size else float("nan")
+    low, high = seed_image_bootstrap(d, n_boot=n_boot, seed=seed, level=level)
+    by_seed = tuple(float(row.mean()) if row.size else float("nan") for row in finite)
+    return VsReference(effect, low, high, by_seed, is_marginal(effect, low, marginal))
+
+
+def verdict(morf: VsReference, lerf: VsReference) -> str:
+    """``faithful`` / ``MoRF only`` / ``LeRF only`` / ``not above random``, with ``(marginal)``
+    when an interval the verdict rests on is marginal."""
+    base = {(True, True): VERDICTS[0], (True, False): VERDICTS[1], (False, True): VERDICTS[2],
+            (False, False): VERDICTS[3]}[(morf.above, lerf.above)]
+    shaky = (morf.above and morf.marginal) or (lerf.above and lerf.marginal)
+    return base + MARGINAL_SUFFIX if shaky else base
+
+
+def trust_vs_reference(curves: Mapping[str, FidelityCurves | Sequence[FidelityCurves]], reference: str = "random",
+                       *, seed: int = 0, n_boot: int = DEFAULT_BOOTSTRAP,
+                       marginal: float | None = DEFAULT_MARGINAL) -> dict[str, dict[str, Any]]:
+    """Is each method more faithful than the ``reference`` map (a random one), on the same images?
+
+    ``curves[method]`` is one :class:`FidelityCurves` or a sequence of them, one per replicate
+    seed, in the same order for every method (module docstring: the differences ``d_ri``, their
+    two-way bootstrap interval, the verdict and the marginal rule). Returns per method the
+    ranking-row fields ``vs_random_{morf,lerf}`` (effect), ``..._low`` / ``..._high`` (95 %),
+    ``..._by_seed`` (the effect under each replicate), ``..._marginal`` and ``verdict``; the
+    reference gets ``verdict = "reference"``. Empty when ``reference`` was not scored.
+    """
+    if reference not in curves:
+        return {}
+    reps = {m: [c] if isinstance(c, FidelityCurves) else list(c) for m, c in curves.items()}
+    ref = reps[reference]
+    fam = ranking_family(set(ref[0].per_image))
+    out: dict[str, dict[str, Any]] = {reference: {"verdict": REFERENCE_VERDICT}}
+    for method, reps_m in reps.items():
+        if method == reference:
+            continue
+        if len(reps_m) != len(ref):
+            raise FidelityError(f"{method}: {len(reps_m)} replicates, the reference has {len(ref)}")
+        morf = np.stack([per_image_aucs(c, f"{fam}_plus") - per_image_aucs(r, f"{fam}_plus")
+                         for c, r in zip(reps_m, ref)])
+        lerf = np.stack([per_image_aucs(r, f"{fam}_minus") - per_image_aucs(c, f"{fam}_minus")
+                         for c, r in zip(reps_m, ref)])
+        row: dict[str, Any] = {}
+        for order, diffs, offset in (("morf", morf, 0), ("lerf", lerf, 1)):
+            vs = compare_to_reference(diffs, n_boot=n_boot, seed=seed + offset, marginal=marginal)
+            row.update({f"vs_random_{order}": vs.effect, f"vs_random_{order}_low": vs.low,
+                        f"vs_random_{order}_high": vs.high, f"vs_random_{order}_by_seed": list(vs.by_seed),
+                        f"vs_random_{order}_marginal": vs.marginal})
+            row[order] = vs
+        row["verdict"] = verdict(row.pop("morf"), row.pop("lerf"))
+        out[method] = row
     return out

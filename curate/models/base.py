@@ -77,7 +77,7 @@ def close_matches(word: str, candidates: Iterable[str], n: int = 5, cutoff: floa
     hits = difflib.get_close_matches(word.lower(), list(by_lower), n=n, cutoff=cutoff)
     # substring hits ("b-32" -> every "...B-32...") help when the ratio is low
     if len(hits) < n and len(word) >= 3:
-        for low, orig in by_lower.items():
+        for low in by_lower:
             if word.lower() in low and low not in hits:
                 hits.append(low)
             if len(hits) >= n:
@@ -92,7 +92,7 @@ def check_precision(precision: str) -> str:
     return precision
 
 
-def resolve_device(device: Any) -> "torch.device":
+def resolve_device(device: Any) -> torch.device:
     """``"auto"`` -> cuda when available else cpu; anything else -> ``torch.device(device)``."""
     import torch
 
@@ -144,11 +144,11 @@ class LoadedModel(abc.ABC):
     def __init__(
         self,
         *,
-        module: "torch.nn.Module",
+        module: torch.nn.Module,
         model_id: str,
-        preprocess: Callable[["Image.Image"], "torch.Tensor"],
+        preprocess: Callable[[Image.Image], torch.Tensor],
         image_size: Any,
-        device: "torch.device",
+        device: torch.device,
         precision: str = "fp32",
         tokenizer: Any = None,
         cache_safe: bool = True,
@@ -172,12 +172,12 @@ class LoadedModel(abc.ABC):
         """Width D of :meth:`encode_image` outputs."""
 
     @abc.abstractmethod
-    def _image_features(self, batch: "torch.Tensor") -> "torch.Tensor":
+    def _image_features(self, batch: torch.Tensor) -> torch.Tensor:
         """Raw image features of a batch already on the device in the input dtype."""
 
     # -- shared machinery -------------------------------------------------------------------
     @property
-    def input_dtype(self) -> "torch.dtype":
+    def input_dtype(self) -> torch.dtype:
         """The dtype inputs are cast to: fp16/bf16 for cast weights, float32 otherwise."""
         import torch
 
@@ -200,21 +200,21 @@ class LoadedModel(abc.ABC):
 
         return contextlib.nullcontext() if grad else torch.no_grad()
 
-    def to_input(self, batch: "torch.Tensor") -> "torch.Tensor":
+    def to_input(self, batch: torch.Tensor) -> torch.Tensor:
         """Move a float image batch ``[N, 3, H, W]`` to the device and input dtype."""
         if batch.ndim != 4 or batch.shape[1] != 3:
             raise ValueError(f"expected an image batch of shape [N, 3, H, W], got {tuple(batch.shape)}")
         return batch.to(self.device, dtype=self.input_dtype, non_blocking=True)
 
-    def preprocess_images(self, images: Sequence["Image.Image"]) -> "torch.Tensor":
+    def preprocess_images(self, images: Sequence[Image.Image]) -> torch.Tensor:
         """Apply :attr:`preprocess` to each PIL image and stack: ``Tensor[N, 3, H, W]`` (CPU)."""
         import torch
 
         return torch.stack([self.preprocess(im.convert("RGB")) for im in images])
 
     def encode_image(
-        self, batch: "torch.Tensor", normalize: bool = True, *, grad: bool = False
-    ) -> "torch.Tensor":
+        self, batch: torch.Tensor, normalize: bool = True, *, grad: bool = False
+    ) -> torch.Tensor:
         """Image embeddings ``Tensor[N, D]`` (float32), L2-normalised when ``normalize``.
 
         For a CLIP this is the projected image embedding; for a classifier, the pooled
@@ -227,14 +227,14 @@ class LoadedModel(abc.ABC):
         feats = feats.float()
         return F.normalize(feats, dim=-1) if normalize else feats
 
-    def encode_text(self, texts: Sequence[str], normalize: bool = True, **kwargs: Any) -> "torch.Tensor":
+    def encode_text(self, texts: Sequence[str], normalize: bool = True, **kwargs: Any) -> torch.Tensor:
         """Text embeddings; only CLIP models have a text tower."""
         raise TypeError(
             f"{self.model_id} is an ImageNet classifier ({self.kind}); it has no text tower. "
             "Score it with .logits(batch) instead of zero-shot text embeddings."
         )
 
-    def logits(self, batch: "torch.Tensor", *, grad: bool = False) -> "torch.Tensor":
+    def logits(self, batch: torch.Tensor, *, grad: bool = False) -> torch.Tensor:
         """1000-way ImageNet-1K logits; only classifiers have them."""
         raise TypeError(
             f"{self.model_id} is a CLIP model ({self.kind}); it has no fixed classifier head. "

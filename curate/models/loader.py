@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 AUTO_NAMES = (None, "", "auto")
 
 
-def as_pretrained(pretrained: "str | Path | Checkpoint | None") -> "str | Checkpoint | None":
+def as_pretrained(pretrained: str | Path | Checkpoint | None) -> str | Checkpoint | None:
     """Normalise ``pretrained``: None, a tag string, or a :class:`Checkpoint` for a file.
 
     Raises :class:`~curate.models.base.WeightsNotFoundError` for a path that does not exist.
@@ -82,7 +82,7 @@ def _same_model(a: str, b: str) -> bool:
 
 def load_model(
     name: str | None,
-    pretrained: "str | Path | Checkpoint | None" = None,
+    pretrained: str | Path | Checkpoint | None = None,
     *,
     device: Any = "cpu",
     precision: str = "fp32",

@@ -44,8 +44,8 @@ class ModelRequest:
 
     name: str
     arch: str
-    pretrained: "str | Checkpoint | None"
-    device: "torch.device"
+    pretrained: str | Checkpoint | None
+    device: torch.device
     precision: str = "fp32"
     seed: int | None = None
     zoo_name: str | None = None

@@ -6,9 +6,9 @@ specs once, at its edge, from ``--model`` / ``--pretrained``. Loading is
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 __all__ = ["ModelSpec", "FAMILIES", "family_of_kind", "parse_pretrained", "specs_from_cli"]
 
@@ -49,7 +49,7 @@ class ModelSpec:
         return {"name": self.name, "pretrained": self.pretrained}
 
     @classmethod
-    def from_dict(cls, data: dict) -> "ModelSpec":
+    def from_dict(cls, data: dict) -> ModelSpec:
         return cls(str(data["name"]), data.get("pretrained"))
 
 

@@ -321,7 +321,7 @@ class Checkpoint:
                 self._read()
         return dict(self._metadata or {})
 
-    def state_dict(self) -> dict[str, "torch.Tensor"]:
+    def state_dict(self) -> dict[str, torch.Tensor]:
         """The weights as a flat ``name -> tensor`` mapping."""
         if self.is_npz:
             raise ModelError(f"{self.path} is a big_vision .npz file; only open_clip can load it")

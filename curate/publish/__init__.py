@@ -19,6 +19,12 @@ Hugging Face ``datasets`` and ``huggingface_hub`` are imported only when needed 
 """
 from __future__ import annotations
 
+from curate.licenses import (
+    PUBLISHABLE,
+    CardLicence,
+    card_licence,
+    classify_licence,
+)
 from curate.publish.fiftyone_hub import FiftyOnePublishResult, publish_fiftyone
 from curate.publish.hub import (
     ATTRIBUTION_FILE,
@@ -30,12 +36,6 @@ from curate.publish.hub import (
     hub_features,
     select_rows,
     write_hub_folder,
-)
-from curate.licenses import (
-    PUBLISHABLE,
-    CardLicence,
-    card_licence,
-    classify_licence,
 )
 from curate.publish.upload import (
     DEFAULT_TOKEN_ENV,

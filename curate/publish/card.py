@@ -29,11 +29,11 @@ from curate import __version__
 from curate.licenses import EXCLUSION_REASONS, CardLicence
 
 if TYPE_CHECKING:  # pragma: no cover
+    from datasets import Features
     from huggingface_hub import DatasetCard
 
     from curate.publish.hub import Selection, Shard
     from curate.store import Dataset
-    from datasets import Features
 
 log = logging.getLogger(__name__)
 

@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from curate.licenses import CardLicence, card_licence
 from curate.publish.card import TAGS
 from curate.publish.hub import ATTRIBUTION_FILE, PublishError, Selection, select_rows
-from curate.licenses import CardLicence, card_licence
 from curate.publish.upload import (
     DEFAULT_TOKEN_ENV,
     check_repo_id,

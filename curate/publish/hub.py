@@ -55,8 +55,9 @@ from curate.licenses import (
 )
 
 if TYPE_CHECKING:  # pragma: no cover
-    from curate.store import Dataset
     from datasets import Features
+
+    from curate.store import Dataset
 
 log = logging.getLogger(__name__)
 

@@ -34,6 +34,7 @@ from curate.runs.base import (
 )
 from curate.runs.evaluation import DropStats, EvaluationRun, GroupStats
 from curate.runs.explain import ExplainRun
+from curate.runs.fidelity import FidelityRow, FidelityRun
 from curate.runs.split import LabelSources, ReferenceDrop, SplitCell, SplitClass, SplitReference, SplitRun
 
 __all__ = [
@@ -41,5 +42,5 @@ __all__ = [
     "prepare_run_dir", "read_config", "read_parquet", "record_class", "register_run_kind", "run_kinds", "run_name",
     "slug", "unique_run_name", "write_bytes", "write_json", "write_parquet",
     "EvaluationRun", "GroupStats", "DropStats",
-    "ExplainRun", "SplitRun", "SplitClass", "SplitCell", "SplitReference", "LabelSources", "ReferenceDrop",
+    "ExplainRun", "FidelityRun", "FidelityRow", "SplitRun", "SplitClass", "SplitCell", "SplitReference", "LabelSources", "ReferenceDrop",
 ]

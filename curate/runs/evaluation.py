@@ -13,9 +13,10 @@ Files (``runs/<name>/``):
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Sequence
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -117,7 +118,7 @@ class EvaluationRun(RunRecord):
         return config
 
     @classmethod
-    def _read(cls, run_dir: Path, config: dict[str, Any]) -> "EvaluationRun":
+    def _read(cls, run_dir: Path, config: dict[str, Any]) -> EvaluationRun:
         path = run_dir / cls.METRICS
         if not path.is_file():
             raise RunError(f"run {run_dir.name} has no {cls.METRICS} (unfinished?)")

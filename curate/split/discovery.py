@@ -46,7 +46,7 @@ Selection bias, and what is reported for it (every split, whatever ``require_sig
   background, is skipped; when none could be scored the drop is NaN with the reason).
   Choosing on (K-1)/K of the samples is noisier than choosing on all of them, so the figure is
   slightly pessimistic for a real effect; it is unbiased for the pair it picks, and on null
-  data it is centred on 0 where the in-sample drop is not (measured in ``tests/test_split_noise.py``).
+  data it is centred on 0 where the in-sample drop is not (measured in ``tests/test_split_discovery_noise.py``).
   A pinned class's pair is not chosen from the data: its cross-fitted drop is its drop;
 - :func:`noise_summary`: "k of n kept classes are not distinguishable from noise (p >= alpha)".
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from curate.runs.base import prepare_run_dir, run_name as default_run_name, unique_run_name
+from curate.runs.base import prepare_run_dir, unique_run_name
+from curate.runs.base import run_name as default_run_name
 
 if TYPE_CHECKING:  # pragma: no cover
     from curate.models.base import LoadedModel
@@ -16,7 +17,7 @@ __all__ = ["open_dataset", "load_spec", "check_device", "claim_run_dir"]
 DatasetLike = "Dataset | str | Path"
 
 
-def open_dataset(dataset: Any) -> "Dataset":
+def open_dataset(dataset: Any) -> Dataset:
     """A :class:`curate.store.Dataset` from a dataset or its folder."""
     from curate.store import Dataset
 
@@ -36,8 +37,8 @@ def check_device(device: str) -> str:
     return device
 
 
-def load_spec(model: "ModelSpec | LoadedModel | str | Path", *, device: str = "auto",
-              precision: str = "fp32") -> "LoadedModel":
+def load_spec(model: ModelSpec | LoadedModel | str | Path, *, device: str = "auto",
+              precision: str = "fp32") -> LoadedModel:
     """A loaded model from a spec, a loaded model (returned as is), a name, or a curate weights file."""
     from curate.models import load_model
     from curate.models.base import LoadedModel

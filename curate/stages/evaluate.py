@@ -17,16 +17,22 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from curate.features import FEATURES_DIR, compute_features
 from curate.metrics.accuracy import (
-    balanced_accuracy, class_accuracies, class_drops, mean_drop, mean_per_class_recall, topk_correct,
+    balanced_accuracy,
+    class_accuracies,
+    class_drops,
+    mean_drop,
+    mean_per_class_recall,
+    topk_correct,
     unbalanced_accuracy,
 )
 from curate.metrics.bootstrap import bootstrap_groups

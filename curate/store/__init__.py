@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from curate.store.atomic import DatasetError, DatasetLock, LockedError
 from curate.store.dataset import Dataset
-from curate.store.records import AddReport, NewSample
 from curate.store.images import QUARANTINE_REASONS, ImageRejected, PreparedImage, prepare_image, prepare_mask
+from curate.store.records import AddReport, NewSample
 from curate.store.schema import (
     BACKGROUND_SOURCES,
     COLUMNS,

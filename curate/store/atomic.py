@@ -24,9 +24,10 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, BinaryIO
+from typing import Any, BinaryIO
 
 import filelock
 

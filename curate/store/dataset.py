@@ -30,10 +30,10 @@ import math
 import os
 import shutil
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -124,7 +124,7 @@ class Dataset:
         exist_ok: bool = False,
         *,
         lock_timeout: float = 10.0,
-    ) -> "Dataset":
+    ) -> Dataset:
         """Make a new, empty dataset folder at ``root`` and return it.
 
         ``label_space`` defaults to ImageNet-1K, ``backgrounds`` to the CounterAnimal vocabulary
@@ -187,7 +187,7 @@ class Dataset:
     @classmethod
     def open(
         cls, root: str | Path, *, validate: bool = True, deep: bool = False, lock_timeout: float = 10.0
-    ) -> "Dataset":
+    ) -> Dataset:
         """Open the dataset at ``root``, validating it (see :mod:`curate.store.validate`).
 
         Raises :class:`DatasetError` listing each problem as "row N (sample ID): what is wrong"
@@ -334,7 +334,7 @@ class Dataset:
 
     # ------------------------------------------------------------------ writing
     @contextmanager
-    def locked(self, purpose: str = "write") -> Iterator["Dataset"]:
+    def locked(self, purpose: str = "write") -> Iterator[Dataset]:
         """Hold the folder's writer lock across several writes (re-entrant in this thread)."""
         with self._lock.hold(purpose):
             yield self

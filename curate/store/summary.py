@@ -18,7 +18,7 @@ SUMMARY_COLUMNS: dict[str, str] = {
 }
 
 
-def summarize(ds: "Dataset") -> dict[str, Counter]:
+def summarize(ds: Dataset) -> dict[str, Counter]:
     """``{"class": Counter(class name -> n), "background": ..., "group": ..., "status": ...,
     "license": ..., "source": ...}`` over all rows of ``ds`` (nulls counted under ``None``)."""
     table = ds.table()

@@ -4,7 +4,11 @@ papers/003 §2.1 and App. C/F. Image embeddings come from :mod:`curate.features`
 label spaces, prompt sets and top-k variants are matrix work on those features.
 """
 from curate.zeroshot.classifier import (
-    LOGIT_SCALE, build_text_classifier, cached_text_classifier, classifier_key, zero_shot_logits,
+    LOGIT_SCALE,
+    build_text_classifier,
+    cached_text_classifier,
+    classifier_key,
+    zero_shot_logits,
 )
 from curate.zeroshot.prompts import SIMPLE_TEMPLATE, PromptSet, load_prompts, openai_templates
 

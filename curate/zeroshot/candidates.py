@@ -19,9 +19,9 @@ defines the candidates per class; App. F reports ImageNet models in 1 vs. 20 but
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import torch
 import torch.nn.functional as F

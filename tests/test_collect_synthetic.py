@@ -5,10 +5,17 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from curate.collect.synthetic import (
-    DEFAULT_CLASSES, WorldSpec, classes_by_name, collect_synthetic, generate_sample, generate_world, png_bytes,
+    DEFAULT_CLASSES,
+    WorldSpec,
+    classes_by_name,
+    collect_synthetic,
+    generate_sample,
+    generate_world,
+    png_bytes,
     world_spec_of,
 )
 from curate.store import Dataset, check_dataset

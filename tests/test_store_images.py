@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image, ImageFile, ImageOps
+from store_helpers import encode, exif_jpeg, noise_rgb, png16, rgb_jpeg, solid_png, toy_space
 
 from curate.store import Dataset, ImageRejected, NewSample, check_dataset, prepare_image, prepare_mask
-from store_helpers import encode, exif_jpeg, noise_rgb, png16, rgb_jpeg, solid_png, toy_space
 
 
 def stored(prepared) -> Image.Image:

@@ -7,11 +7,10 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import torch
-
-from curate.models import ModelSpec
-from curate.stages.evaluate import EvalSettings, evaluate
-from curate.models import load_model
 from eval_helpers import CLASSES, make_folder
+
+from curate.models import ModelSpec, load_model
+from curate.stages.evaluate import EvalSettings, evaluate
 
 TINY = ModelSpec("curate-tiny-vit", None)
 
@@ -253,7 +252,7 @@ def test_rescoring_a_subset_slices_the_cached_classifier_and_encodes_nothing(fol
     assert sub.images_encoded == 0 and calls["text"] == 0
     full_rows = {r["sample_id"]: r for r in pq.read_table(full.run_dir / "predictions.parquet").to_pylist()}
     for row in pq.read_table(sub.run_dir / "predictions.parquet").to_pylist():
-        kept = [(l, s) for l, s in zip(full_rows[row["sample_id"]]["topk_labels"], full_rows[row["sample_id"]]["topk_scores"])
-                if l in CLASSES]
+        kept = [(label, s) for label, s in zip(full_rows[row["sample_id"]]["topk_labels"], full_rows[row["sample_id"]]["topk_scores"])
+                if label in CLASSES]
         if kept:  # the best subset label among the full run's top-5 is the subset run's top-1
             assert row["topk_labels"][0] == kept[0][0] and row["topk_scores"][0] == pytest.approx(kept[0][1])
