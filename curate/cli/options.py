@@ -40,7 +40,8 @@ def model_options(*, multiple: bool = False, required: bool = True, default: str
                          help=MODEL_HELP + (". Repeat for several models." if multiple else ".")),
             click.option("--pretrained", "pretrained", multiple=multiple,
                          help="Tag or weights file" + (" per model, in the same order" if multiple else "")
-                              + " ('none' = random weights; omit for zoo names)."),
+                              + " ('none' = random weights for an open_clip architecture or timm name; a zoo "
+                                "name always loads its own checkpoint, so omit it there)."),
         ])
     return decorate
 

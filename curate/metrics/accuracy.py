@@ -18,6 +18,17 @@ from __future__ import annotations
 
 import numpy as np
 
+from curate.metrics.info import MetricInfo
+
+BALANCED_ACCURACY_INFO = MetricInfo(
+    "balanced accuracy", "mean over classes c of mean_{i: y_i = c} 1[y_hat_i = y_i]", True, "papers/003 App. C.3",
+    ("no image of any class",))
+UNBALANCED_ACCURACY_INFO = MetricInfo(
+    "unbalanced accuracy", "mean over images of 1[y_hat_i = y_i]", True, "papers/003 App. F", ("no image",))
+DROP_INFO = MetricInfo(
+    "drop", "mean over classes with images in both groups of ACC_easy(c) - ACC_hard(c)", None, "papers/003 App. C.3",
+    ("no class with images in both easy and hard",))
+
 
 def topk_correct(topk_labels: np.ndarray, targets: np.ndarray, k: int) -> np.ndarray:
     """Bool (N,): whether ``targets[i]`` is among the first ``k`` columns of ``topk_labels[i]``."""
