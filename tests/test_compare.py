@@ -126,3 +126,14 @@ def test_split_reference_is_flagged_in_sample_with_its_cross_fitted_drop(tmp_pat
     rows = {r.run: r for r in load_rows(world.root)}
     assert rows["eval-ref"].in_sample and rows["eval-ref"].corrected_drop == pytest.approx(corrected)
     assert not rows["eval-other"].in_sample and np.isnan(rows["eval-other"].corrected_drop)
+
+
+def test_readers_and_records_load_no_deep_learning_stack() -> None:
+    """compare, the report and every run record read runs without importing torch or matplotlib."""
+    import subprocess
+    import sys
+
+    code = ("import sys, curate.runs, curate.compare, curate.report; curate.runs.run_kinds(); "
+            "print(sorted(m for m in ('torch', 'matplotlib', 'open_clip') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "[]"

@@ -30,7 +30,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "RUNS_DIR", "CONFIG_FILE", "RunError", "RunRecord", "register_run_kind", "run_kinds", "record_class",
-    "list_runs", "load_run", "iter_runs", "create_run", "prepare_run_dir", "slug", "run_name",
+    "list_runs", "load_run", "iter_runs", "read_result_json", "create_run", "prepare_run_dir", "slug", "run_name",
     "unique_run_name", "write_json", "write_bytes", "write_parquet", "read_parquet",
 ]
 
@@ -191,6 +191,23 @@ class RunRecord:
             raise RunError(f"run {run_dir.name} ({cls.KIND}) is not in the expected shape: {error}") from None
         record.run_dir = run_dir
         return record
+
+
+def read_result_json(run_dir: Path, name: str, *, required: bool = True, mapping: bool = True) -> Any:
+    """A run's JSON result file; :class:`RunError` when it is missing (unfinished run), malformed,
+    or (with ``mapping``) not a JSON object. A missing optional file gives ``None``."""
+    path = Path(run_dir) / name
+    if not path.is_file():
+        if required:
+            raise RunError(f"run {Path(run_dir).name} has no {name} (unfinished?)")
+        return None
+    try:
+        value = read_json(path)
+    except ValueError as error:
+        raise RunError(str(error)) from None
+    if mapping and not isinstance(value, dict):
+        raise RunError(f"{path} does not hold a JSON object")
+    return value
 
 
 def read_config(run_dir: Path) -> dict[str, Any]:

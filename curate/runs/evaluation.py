@@ -20,8 +20,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from curate.jsonio import read_json, write_json
-from curate.runs.base import RunError, RunRecord, read_parquet, register_run_kind, write_parquet
+from curate.jsonio import write_json
+from curate.runs.base import RunError, RunRecord, read_parquet, read_result_json, register_run_kind, write_parquet
 
 __all__ = ["EvaluationRun", "GroupStats", "DropStats", "PREDICTIONS_SCHEMA", "PAPER_PROMPT"]
 
@@ -119,13 +119,7 @@ class EvaluationRun(RunRecord):
 
     @classmethod
     def _read(cls, run_dir: Path, config: dict[str, Any]) -> EvaluationRun:
-        path = run_dir / cls.METRICS
-        if not path.is_file():
-            raise RunError(f"run {run_dir.name} has no {cls.METRICS} (unfinished?)")
-        try:
-            metrics = read_json(path)
-        except ValueError as error:
-            raise RunError(str(error)) from None
+        metrics = read_result_json(run_dir, cls.METRICS)
         return cls(model=dict(config["model"]), label_space=dict(config.get("label_space") or {}),
                    prompts=dict(config.get("prompts") or {}), settings=dict(config.get("settings") or {}),
                    dataset=dict(config.get("dataset") or {}), metrics=metrics, run_dir=run_dir)

@@ -43,11 +43,12 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from curate.jsonio import json_safe, read_json, write_json
+from curate.jsonio import json_safe, write_json
 from curate.runs.base import (
     RunError,
     RunRecord,
     read_parquet,
+    read_result_json,
     register_run_kind,
     write_parquet,
 )
@@ -231,15 +232,7 @@ class ExplainRun(RunRecord):
 
     @classmethod
     def _read(cls, run_dir: Path, config: dict[str, Any]) -> ExplainRun:
-        path = run_dir / cls.SUMMARY
-        if not path.is_file():
-            raise RunError(f"run {run_dir.name} has no {cls.SUMMARY} (unfinished?)")
-        try:
-            summary = read_json(path)
-        except ValueError as error:
-            raise RunError(str(error)) from None
-        if not isinstance(summary, dict):
-            raise RunError(f"{path} does not hold a JSON object")
+        summary = read_result_json(run_dir, cls.SUMMARY)
         summary.pop("config", None)  # version 1 repeated config.json here
         maps = dict(config.get("maps") or {})
         if maps.get("saved") is None:

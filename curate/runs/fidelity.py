@@ -35,8 +35,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from curate.formatting import num
-from curate.jsonio import read_json, write_json
-from curate.runs.base import RunError, RunRecord, register_run_kind, write_bytes
+from curate.jsonio import write_json
+from curate.runs.base import RunError, RunRecord, read_result_json, register_run_kind, write_bytes
 
 __all__ = [
     "FAMILY_LABELS",
@@ -153,7 +153,9 @@ class FidelityConfig:
 # ----------------------------------------------------------------------------- ranking rows
 @dataclass(frozen=True)
 class VsRandom:
-    """A method minus the random map for one order: effect, 95 % interval, effect per seed, marginal."""
+    """A method minus the random map for one order, as a run stores it. It mirrors
+    :class:`curate.metrics.fidelity.VsReference` without importing it: records stay torch-free, so
+    readers (report, compare, CLI tables) load no deep-learning stack."""
 
     effect: float
     low: float
@@ -374,15 +376,7 @@ class FidelityRun(RunRecord):
     @classmethod
     def _read(cls, run_dir: Path, config: dict[str, Any]) -> FidelityRun:
         def read(name: str, required: bool = True) -> Any:
-            path = run_dir / name
-            if not path.is_file():
-                if required:
-                    raise RunError(f"run {run_dir.name} has no {name} (unfinished?)")
-                return None
-            try:
-                return read_json(path)
-            except ValueError as error:
-                raise RunError(str(error)) from None
+            return read_result_json(run_dir, name, required=required, mapping=False)
 
         summary = read(cls.SUMMARY)
         if not isinstance(summary, dict) or not isinstance(summary.get("ranking"), list):

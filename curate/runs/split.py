@@ -28,8 +28,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
 
-from curate.jsonio import read_json, write_json
-from curate.runs.base import RunError, RunRecord, register_run_kind, write_bytes
+from curate.jsonio import write_json
+from curate.runs.base import RunRecord, read_result_json, register_run_kind, write_bytes
 from curate.split.discovery import ClassSplit, NoiseSummary, SplitRule, noise_summary
 
 __all__ = ["PAPER_PROMPT", "LabelSources", "ReferenceDrop", "SplitCell", "SplitClass", "SplitReference", "SplitRun"]
@@ -252,13 +252,7 @@ class SplitRun(RunRecord):
 
     @classmethod
     def _read(cls, run_dir: Path, config: dict[str, Any]) -> SplitRun:
-        path = run_dir / cls.SUMMARY
-        if not path.is_file():
-            raise RunError(f"run {run_dir.name} has no {cls.SUMMARY} (unfinished?)")
-        try:
-            summary = read_json(path)
-        except ValueError as error:
-            raise RunError(str(error)) from None
+        summary = read_result_json(run_dir, cls.SUMMARY)
         known = {f.name for f in fields(SplitRule)}
         rule = SplitRule(**{k: v for k, v in (config.get("rule") or {}).items() if k in known})
         sources = config.get("label_sources")
