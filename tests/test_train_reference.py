@@ -138,14 +138,18 @@ def test_text_negatives_stop_untrained_labels_from_taking_the_hard_images(tmp_pa
 
 
 @pytest.mark.slow
-def test_demo_plants_a_shortcut_only_when_correlated(tmp_path) -> None:
+def test_demo_plants_a_shortcut_only_when_correlated(tmp_path, monkeypatch) -> None:
     """A planted background shortcut (p = 0.9) gives a large aligned-conflicting gap, p = 1/B not.
 
     This trains the demo's two models with the demo's own settings (150 steps each, in parallel,
-    one core each: measured 95-99 s per model on 2 shared cores).
+    one core each: measured 95-99 s per model on 2 shared cores). F-Fidelity runs with one
+    fine-tuning seed here instead of the demo's three (CI time: each seed re-fine-tunes both
+    models on 1200 images); the three-seed interval is tested on a tiny case in test_fidelity.py.
     """
+    import curate.demo as demo
     from curate.demo import run_demo, run_full_demo
 
+    monkeypatch.setitem(demo.FIDELITY_SETTINGS, "seeds", 1)
     result = run_full_demo(tmp_path / "demo")
     rows = {row.world: row.report for row in result.shortcut}
     correlated, uncorrelated = rows["p=0.9"], rows["uncorrelated"]
@@ -170,7 +174,8 @@ def test_demo_plants_a_shortcut_only_when_correlated(tmp_path) -> None:
     verdicts = {(r["model"], r["method"]): r["verdict"] for r in result.fidelity}
     assert set(verdicts) == {(w, m) for w in rows for m in ("gradcam", "layercam", "mask", "random")}
     assert verdicts[("uncorrelated", "random")] == "reference"
-    assert verdicts[("uncorrelated", "mask")] == "faithful"  # its object matters more than random pixels
+    # its object matters more than random pixels (a "(marginal)" mark is allowed: one seed here)
+    assert verdicts[("uncorrelated", "mask")].removesuffix(" (marginal)") == "faithful"
     # the splitter (papers/003 §2.1) finds the planted backgrounds with the p = 0.9 reference ...
     assert result.split_kept >= 5 and result.split_planted_easy >= 0.9 * result.split_kept
     # ... and, with the uncorrelated reference, few or no classes pass --require-significant
