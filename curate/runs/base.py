@@ -15,6 +15,7 @@ unfinished run and :func:`list_runs` does not list it. It always holds ``kind``,
 """
 from __future__ import annotations
 
+import abc
 import datetime as _dt
 import io
 import logging
@@ -121,7 +122,7 @@ def read_parquet(path: Path, columns: list[str] | None = None) -> Any:
 
 
 # ----------------------------------------------------------------------------- the record
-class RunRecord:
+class RunRecord(abc.ABC):
     """Base of every run kind: config (what was asked) and results (what came out), versioned.
 
     Subclasses are dataclasses that set ``KIND``, ``VERSION`` and their file-name constants,
@@ -135,19 +136,19 @@ class RunRecord:
 
     run_dir: Path | None
 
-    # -- what a subclass provides
+    # -- what a subclass provides (abstract: a record kind that lacks one cannot be instantiated)
+    @abc.abstractmethod
     def config_dict(self) -> dict[str, Any]:
         """The JSON-ready config (without ``kind`` / versions, which :meth:`write` adds)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _write_results(self, run_dir: Path) -> None:
         """Write the result files (each atomically)."""
-        raise NotImplementedError
 
     @classmethod
+    @abc.abstractmethod
     def _read(cls: type[R], run_dir: Path, config: dict[str, Any]) -> R:
         """Build the record from ``config`` (already checked and migrated) and the result files."""
-        raise NotImplementedError
 
     @classmethod
     def migrate(cls, config: dict[str, Any], version: int) -> dict[str, Any]:

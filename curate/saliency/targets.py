@@ -25,6 +25,7 @@ Logits (the target *score*, the quantity whose gradient/ablation/... the CAM rea
 """
 from __future__ import annotations
 
+import abc
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
@@ -41,7 +42,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["Predicted", "ScoreHead", "Target", "TopK", "TrueClass", "clip_classifier", "parse_target"]
 
 
-class Target:
+class Target(abc.ABC):
     """What a map explains: which logit columns of each image (see the module docstring)."""
 
     #: ``true``, ``predicted`` or ``topk``.
@@ -51,9 +52,9 @@ class Target:
     #: Maps per image.
     k: int = 1
 
+    @abc.abstractmethod
     def select(self, logits: torch.Tensor, labels: torch.Tensor | None) -> torch.Tensor:
         """``(N, K)`` target columns from ``(N, C)`` logits and ``(N,)`` label columns."""
-        raise NotImplementedError
 
     def __str__(self) -> str:
         return self.kind
