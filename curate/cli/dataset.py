@@ -48,6 +48,9 @@ def info(directory: Path) -> None:
     for key in ("class", "background", "group", "status", "license", "source"):
         if key in counts:
             out().print(_counter_table(key, counts[key]))
+    suspects = Counter(t for tags in ds.table().column("tags").to_pylist() for t in (tags or []) if t.startswith("suspect:"))
+    if suspects:  # curate audit's pre-tags (a pointer for reviewers, not a decision)
+        out().print(_counter_table("suspect (curate audit pre-tags, not decisions)", suspects))
 
 
 def _counter_table(title: str, counter: Counter) -> Table:

@@ -231,6 +231,10 @@ class WorldSpec:
         per_class: images per class.
         image_size: side in pixels (square).
         seed: makes the world deterministic.
+        wrong_label_rate, duplicate_rate, near_duplicate_rate, feature_noise_rate,
+            second_object_rate, small_object_rate: planted curation problems (at most one per
+            sample; all 0 by default, which draws exactly the world without them). See
+            :mod:`curate.collect.planted`.
     """
 
     classes: tuple[SyntheticClass, ...] = DEFAULT_CLASSES[:6]
@@ -239,8 +243,17 @@ class WorldSpec:
     per_class: int = 100
     image_size: int = 48
     seed: int = 0
+    wrong_label_rate: float = 0.0
+    duplicate_rate: float = 0.0
+    near_duplicate_rate: float = 0.0
+    feature_noise_rate: float = 0.0
+    second_object_rate: float = 0.0
+    small_object_rate: float = 0.0
 
     def __post_init__(self) -> None:
+        from curate.collect.planted import check_rates
+
+        check_rates(self)
         if not self.backgrounds:
             object.__setattr__(self, "backgrounds", tuple(dict.fromkeys(c.common_background for c in self.classes)))
         if not 0.0 <= self.p <= 1.0:
@@ -270,7 +283,14 @@ class WorldSpec:
             "per_class": self.per_class,
             "image_size": self.image_size,
             "seed": self.seed,
+            **self._planted_dict(),
         }
+
+    def _planted_dict(self) -> dict:
+        # only non-zero rates are recorded, so a world without planted problems keeps its old record
+        from curate.collect.planted import RATE_FIELDS
+
+        return {name: getattr(self, name) for name in RATE_FIELDS.values() if getattr(self, name)}
 
 
 @dataclass
@@ -305,15 +325,27 @@ def generate_sample(spec: WorldSpec, index: int, *, keep_layers: bool = False) -
     ``keep_layers=True`` also returns the background and object layers (uint8) in ``extra``, so
     a test can check that the image is exactly ``where(mask, object, background)``.
     """
+    from curate.collect import planted
+
+    problem = planted.problem_of(spec, index)
+    if problem in ("exact_duplicate", "near_duplicate"):
+        source_index = planted.duplicate_source(spec, index)
+        source = generate_sample(spec, source_index)
+        image, mask, truth = planted.duplicate_of(problem, spec, index, source.image, source.mask)
+        truth["duplicate_of"] = f"{spec.seed}:{source_index}"
+        return SyntheticSample(index, image, mask, source.cls, source.background, source.aligned, truth)
     rng = np.random.default_rng([spec.seed, index])
     cls = spec.classes[index // spec.per_class]
+    drawn = cls
+    if problem == "wrong_label":
+        drawn = planted.other_class(spec, index, planted._rng(spec, index), cls)
     if rng.random() < spec.p:
         background = cls.common_background
     else:
         others = [b for b in spec.backgrounds if b != cls.common_background]
         background = others[rng.integers(len(others))]
     size = spec.image_size
-    mask = _draw_mask(cls.shape, size, rng)
+    mask = _draw_mask(drawn.shape, size, rng)
     bg = _bg(size, rng, background)
     obj = _object_texture(size, rng)
     edge = mask.astype(bool) & ~_eroded(mask.astype(bool))
@@ -322,6 +354,11 @@ def generate_sample(spec: WorldSpec, index: int, *, keep_layers: bool = False) -
     m = mask[..., None].astype(np.float32)
     image = np.clip(bg * (1 - m) + obj * m, 0, 255).astype(np.uint8)
     extra = {"background_layer": np.clip(bg, 0, 255).astype(np.uint8), "object_layer": np.clip(obj, 0, 255).astype(np.uint8)} if keep_layers else {}
+    if problem == "wrong_label":
+        extra.update({"planted": "wrong_label", "true_class": drawn.imagenet_index})
+    elif problem is not None:
+        image, mask, truth = planted.apply_problem(problem, spec, index, cls, bg, obj, mask, image)
+        extra.update(truth)
     return SyntheticSample(index, image, mask, cls, background, background == cls.common_background, extra)
 
 
@@ -353,6 +390,8 @@ def png_bytes(array: np.ndarray) -> bytes:
 # ---------------------------------------------------------------------------------------------
 
 SYNTHETIC_LICENSE = "CC0-1.0"
+#: ``extra`` keys with the planted-problem truth (curate.collect.planted); the audit never reads them.
+PLANTED_KEYS = ("planted", "planted_detail", "true_class", "duplicate_of")
 
 
 def collect_synthetic(root, spec: WorldSpec, *, name: str | None = None, progress: Callable[[int, int], None] | None = None):
@@ -396,7 +435,8 @@ def collect_synthetic(root, spec: WorldSpec, *, name: str | None = None, progres
                 background_score=1.0,
                 mask=sample.mask,
                 mask_status="synthetic",
-                extra={"shape": sample.cls.shape, "aligned": bool(sample.aligned), "world_seed": spec.seed},
+                extra={"shape": sample.cls.shape, "aligned": bool(sample.aligned), "world_seed": spec.seed,
+                       **{k: v for k, v in sample.extra.items() if k in PLANTED_KEYS}},
             )
 
     report = ds.add_samples(items(), actor="collect.synthetic")
@@ -418,6 +458,7 @@ def world_spec_of(ds) -> WorldSpec:
     return WorldSpec(
         classes=classes, backgrounds=tuple(info["backgrounds"]), p=float(info["p"]), per_class=int(info["per_class"]),
         image_size=int(info["image_size"]), seed=int(info["seed"]),
+        **{k: float(v) for k, v in info.items() if k.endswith("_rate")},
     )
 
 

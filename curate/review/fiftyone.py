@@ -69,7 +69,7 @@ from curate.review.views import (
     expand_views,
     load_views,
 )
-from curate.review.vocabulary import TagVocabulary
+from curate.review.vocabulary import SUSPECT_PREFIX, TagVocabulary
 from curate.runs import list_runs
 from curate.store import Dataset
 
@@ -267,7 +267,8 @@ def _expression(fo: Any, condition: Condition, path: str, vocab: TagVocabulary |
     value, op = condition.value, condition.op
     if op == "has":  # the folder's free tag t is the sample tag tag:t in FiftyOne
         prefix = (vocab or TagVocabulary.load()).free_prefix
-        return F(path).exists() & F(path).contains(f"{prefix}{value}")
+        tag = value if str(value).startswith(SUSPECT_PREFIX) else f"{prefix}{value}"  # suspect:<check> shows as is
+        return F(path).exists() & F(path).contains(tag)
     present = F(path).exists()
     if op == "exists" or (op == "eq" and value is None) or (op == "ne" and value is None):
         want = bool(value) if op == "exists" else (op == "ne")

@@ -12,6 +12,10 @@ tag                   meaning in the dataset folder
                       background_source = human, background_score = null
 ``mask:ok/mask:bad``  mask_status = ok / bad
 ``tag:<word>``        <word> in the folder's free ``tags`` column
+``suspect:<check>``   ``suspect:<check>`` in the ``tags`` column: ``curate audit`` ranked the
+                      photo among the top candidates of a check (docs/design.md#audit); a
+                      pointer, never a decision (confirm with ``reject:<reason>``, or clear it
+                      by removing the tag)
 ====================  ===============================================================
 
 :meth:`TagVocabulary.tags_for` derives a row's tags (what a push shows); :meth:`TagVocabulary.read`
@@ -37,6 +41,9 @@ from typing import Any
 import yaml
 
 from curate.review.annotation import TAGS_FILE, annotation_file
+
+#: The audit's pre-tags (``suspect:<check>``, curate.audit): kept as is in the folder's tags column.
+SUSPECT_PREFIX = "suspect:"
 
 #: The units a tag can speak about (each decided independently).
 UNITS: tuple[str, ...] = ("background", "curation", "mask", "free")
@@ -190,7 +197,7 @@ class TagVocabulary:
             if row.get("mask_status") == status:
                 tags.append(tag)
                 break
-        tags.extend(f"{self.free_prefix}{t}" for t in (row.get("tags") or []))
+        tags.extend(t if t.startswith(SUSPECT_PREFIX) else f"{self.free_prefix}{t}" for t in (row.get("tags") or []))
         return tags
 
     # ------------------------------------------------------------------ tags -> folder
@@ -203,7 +210,7 @@ class TagVocabulary:
             return "curation"
         if tag in self.mask_tags or tag.startswith(_prefix_of(next(iter(self.mask_tags), ""))):
             return "mask"
-        if tag.startswith(self.free_prefix):
+        if tag.startswith(self.free_prefix) or tag.startswith(SUSPECT_PREFIX):
             return "free"
         return "unknown"
 
@@ -246,7 +253,7 @@ class TagVocabulary:
                 else:
                     reading.problems[unit].append(TagProblem(tag, f"mask tags are {', '.join(self.mask_tags)}"))
             elif unit == "free":
-                value = tag[len(self.free_prefix):]
+                value = tag if tag.startswith(SUSPECT_PREFIX) else tag[len(self.free_prefix):]
                 if value:
                     reading.values[unit].append(value)
                     reading.value_tags[unit].append(tag)

@@ -1,0 +1,111 @@
+"""Clarity: "animal objects are largely occluded ... or do not occupy the majority of the space
+in photos" (papers/003 §2.1).
+
+With an object mask (``mask_path``): the object's share of the image,
+
+    share_i = (pixels of the mask) / (pixels of the image),   score_i = 1 - share_i
+
+(the paper's "majority of the space" is ``share > 0.5``; an occluded animal's mask holds only
+its visible pixels, so occlusion lowers the share too). Instance-id masks count every non-zero
+pixel.
+
+Without a mask, a **proxy** (reported as such in the run and in every table): the share of the
+image where the CLIP's GradCAM map for the labelled class is at least half its maximum
+(``curate.saliency``, min-max normalised maps, docs/design.md#rma-and-sss). It needs one forward
+and backward pass per such image (saliency cannot come from the cached embeddings), is only as
+good as the model's localisation, and a low share can also mean a small but clear object.
+"""
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from curate.audit.base import AuditInputs, CheckResult, nan_scores
+
+logger = logging.getLogger(__name__)
+
+METHOD = "1 - object share of the image (mask; GradCAM >= 0.5 of max as a proxy where there is no mask)"
+SALIENCY_LEVEL = 0.5
+
+
+def mask_share(mask: np.ndarray) -> float:
+    """Share of non-zero pixels."""
+    m = np.asarray(mask)
+    return float((m > 0).mean()) if m.size else float("nan")
+
+
+def saliency_shares(model, paths, labels, classifier, columns, *, batch_size: int = 32) -> tuple[np.ndarray, dict[int, str]]:
+    """Share of pixels with GradCAM >= 0.5 for each image's labelled class (the proxy)."""
+    import torch
+    from PIL import Image
+
+    from curate.saliency.engine import saliency_maps
+
+    out = np.full(len(paths), np.nan)
+    failed: dict[int, str] = {}
+    for start in range(0, len(paths), batch_size):
+        images, keep = [], []
+        for i in range(start, min(len(paths), start + batch_size)):
+            try:
+                with Image.open(paths[i]) as image:
+                    images.append(image.convert("RGB"))
+                keep.append(i)
+            except Exception as error:  # counted, never fatal
+                failed[i] = f"{type(error).__name__}: {error}"[:300]
+        if not images:
+            continue
+        result = saliency_maps(model, images, method="gradcam", target="true",
+                               labels=torch.as_tensor([int(labels[i]) for i in keep]), classifier=classifier,
+                               columns=[int(c) for c in columns], batch_size=batch_size)
+        maps = result.maps[:, 0].float().cpu().numpy()
+        share = (maps >= SALIENCY_LEVEL).mean(axis=(1, 2))
+        flat = result.flat[:, 0].cpu().numpy()
+        for j, i in enumerate(keep):
+            if flat[j]:
+                failed[i] = "flat saliency map (carries no localisation)"
+            else:
+                out[i] = share[j]
+    return out, failed
+
+
+def clarity_check(inputs: AuditInputs, settings=None) -> CheckResult:
+    """Clarity suspicion from masks, else the saliency proxy (see the module docstring)."""
+    from curate.store.images import mask_array
+
+    n = len(inputs)
+    result = CheckResult("clarity", nan_scores(n), METHOD)
+    share = nan_scores(n)
+    source = np.array(["none"] * n, dtype=object)
+    for i, path in enumerate(inputs.mask_paths):
+        if path is None:
+            continue
+        try:
+            share[i] = mask_share(mask_array(path))
+            source[i] = "mask"
+        except Exception as error:  # an unreadable mask: fall back to the proxy for this sample
+            logger.warning("mask %s cannot be read (%s); using the saliency proxy", path, error)
+    no_mask = np.flatnonzero(source == "none")
+    if len(no_mask):
+        proxy_ok = bool(getattr(settings, "saliency_proxy", True)) and inputs.model is not None \
+            and inputs.classifier is not None
+        if proxy_ok:
+            values, failed = saliency_shares(inputs.model, [inputs.image_paths[i] for i in no_mask],
+                                             inputs.classes[no_mask], inputs.classifier, inputs.label_columns,
+                                             batch_size=int(getattr(settings, "saliency_batch", 32)))
+            share[no_mask] = values
+            source[no_mask[np.isfinite(values)]] = "saliency proxy"
+            for position, reason in failed.items():
+                result.failed[inputs.ids[no_mask[position]]] = reason
+            result.notes.append(f"{len(no_mask)} of {n} sample(s) have no mask: their clarity is a PROXY (share of the "
+                                "image with GradCAM >= 0.5 for the labelled class), not the object's share")
+        else:
+            for i in no_mask:
+                result.failed[inputs.ids[i]] = "no mask and no saliency proxy"
+            result.notes.append(f"{len(no_mask)} of {n} sample(s) have no mask and the saliency proxy is off: not scored")
+    result.scores = 1.0 - share
+    result.flagged = share < float(getattr(settings, "clarity_share", 0.1))
+    result.detail = {"sources": {s: int((source == s).sum()) for s in ("mask", "saliency proxy", "none")},
+                     "columns": {"object_share": share}}
+    result.method = METHOD
+    return result
