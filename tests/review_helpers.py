@@ -102,3 +102,37 @@ def square_mask(height: int, width: int, top: int, left: int, size: int) -> np.n
     mask = np.zeros((height, width), np.uint8)
     mask[top:top + size, left:left + size] = 1
     return mask
+
+
+def write_audit_run(ds: Dataset, name: str, scores: dict[str, np.ndarray], *, tag_top: int = 0) -> Path:
+    """An audit run written through :class:`curate.runs.AuditRun` with the given per-check scores
+    (aligned with ``ds.rows()``, NaN = not scored); with ``tag_top``, the ``tag_top`` highest of
+    each check are pre-tagged ``suspect:<check>`` in the folder (replacing those tags), as ``curate audit`` does."""
+    from curate.runs import AuditRun
+
+    rows = ds.rows()
+    ids = [r["sample_id"] for r in rows]
+    columns: dict[str, Any] = {"sample_id": pa.array(ids, pa.string()),
+                               "class_index": pa.array([r["class_index"] for r in rows], pa.int32())}
+    replaced = {f"suspect:{check}" for check in scores}  # like curate audit: the checks run are re-tagged
+    tags = {sid: [t for t in (r["tags"] or []) if t not in replaced] for sid, r in zip(ids, rows)}
+    for check, values in scores.items():
+        values = np.asarray(values, dtype=np.float64)
+        order = np.argsort(-np.nan_to_num(values, nan=-np.inf), kind="stable")
+        rank = np.full(len(ids), -1, np.int64)
+        rank[order] = np.arange(1, len(ids) + 1)
+        rank[np.isnan(values)] = -1
+        tagged = np.zeros(len(ids), bool)
+        tagged[[i for i in order[:tag_top] if np.isfinite(values[i])]] = True
+        for i in np.flatnonzero(tagged):
+            tags[ids[i]].append(f"suspect:{check}")
+        columns[f"{check}_score"] = pa.array([None if np.isnan(v) else float(v) for v in values], pa.float64())
+        columns[f"{check}_rank"] = pa.array(rank, pa.int64())
+        columns[f"{check}_flagged"] = pa.array(tagged, pa.bool_())
+        columns[f"{check}_tagged"] = pa.array(tagged, pa.bool_())
+    if tag_top:
+        changed = {sid: {"tags": t} for sid, t, r in zip(ids, tags.values(), rows) if t != list(r["tags"] or [])}
+        ds.update(list(changed), per_sample=changed, actor="audit:" + name, reason="suspect pre-tags (test)")
+    record = AuditRun(model=None, settings={}, dataset={"name": ds.name, "samples": len(ids)}, checks=list(scores),
+                      results={"checks": {}}, scores_table=pa.table(columns))
+    return record.write(ds.root / "runs" / name)

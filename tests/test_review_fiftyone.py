@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from review_helpers import RUN, changed_fields, review_world, table_of
+from review_helpers import RUN, changed_fields, review_world, table_of, write_audit_run
 
 from curate.cli import main
 from curate.review.database import free_port, start_mongod
@@ -131,6 +131,41 @@ def test_push_fields_views_and_runs(fo, world) -> None:
     low_view = dataset.load_saved_view("low-confidence background pre-labels")
     scores = low_view.values("background.confidence")
     assert scores == sorted(scores)
+
+
+def test_suspect_views_are_sorted_by_the_audit_scores(fo, world) -> None:
+    from curate.review.fiftyone import audit_field, push_fiftyone
+
+    rng = np.random.default_rng(5)
+    ids = world.sample_ids()
+    old = {"label": rng.random(len(ids)), "clarity": rng.random(len(ids))}
+    old["clarity"][1] = np.nan  # not scored -> null
+    write_audit_run(world, "audit-old", old, tag_top=4)
+    time.sleep(0.05)  # runs are ordered by folder mtime
+    new = {"label": rng.random(len(ids))}  # a newer audit of label only: its scores replace the label field
+    write_audit_run(world, "audit-new", new, tag_top=4)
+    name = _name()
+    push_fiftyone(world.root, name=name)
+    dataset = fo.load_dataset(name)
+    assert dataset.info["curate_audits"] == {"label": "audit-new", "clarity": "audit-old"}
+    values = dict(zip(dataset.values("sample_id"), dataset.values(audit_field("label"))))
+    assert [values[s] for s in ids] == pytest.approx(list(new["label"]))
+    clarity = dict(zip(dataset.values("sample_id"), dataset.values(audit_field("clarity"))))
+    assert clarity[ids[1]] is None and clarity[ids[0]] == pytest.approx(old["clarity"][0])
+    for check, scores in (("label", new["label"]), ("clarity", old["clarity"])):
+        view = dataset.load_saved_view(f"suspects: {check}")
+        top = {ids[i] for i in np.argsort(-np.nan_to_num(scores, nan=-1))[:4]}
+        assert set(view.values("sample_id")) == top, check
+        shown = view.values(audit_field(check))
+        assert shown == sorted(shown, reverse=True) and len(shown) == 4, check
+    assert len(dataset.load_saved_view("suspects: feature")) == 0  # no audit ran it: filtered, not sorted
+    # the audit runs gone, a re-push drops their fields
+    import shutil
+
+    for run in ("audit-old", "audit-new"):
+        shutil.rmtree(world.root / "runs" / run)
+    push_fiftyone(world.root, name=name)
+    assert not {audit_field("label"), audit_field("clarity")} & set(fo.load_dataset(name).get_field_schema())
 
 
 def test_round_trip_without_edits_changes_nothing(fo, world) -> None:

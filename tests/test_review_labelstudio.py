@@ -183,6 +183,29 @@ def test_annotations_come_back_backgrounds_statuses_masks(ls, world) -> None:
     assert hashlib.sha256((world.root / "samples.parquet").read_bytes()).hexdigest() == digest
 
 
+def test_audit_suspicions_are_preselected_reasons_the_reviewer_confirms_or_clears(ls, world) -> None:
+    from curate.review.labelstudio import pull_labelstudio
+
+    confirm, clear = [r for r in world.rows() if r["status"] == "candidate"][:2]
+    world.update([confirm["sample_id"], clear["sample_id"]], per_sample={
+        r["sample_id"]: {"tags": [*(r["tags"] or []), "suspect:label"]} for r in (confirm, clear)},
+        actor="audit:test", reason="suspect pre-tags")
+    result = _push(ls, world)
+    tasks = {t["data"]["sample_id"]: t for t in _tasks(ls, result.project_id)}
+    for row in (confirm, clear):
+        task = tasks[row["sample_id"]]
+        shown = {r["from_name"]: r["value"]["choices"] for r in task["predictions"][0]["result"] if r["type"] == "choices"}
+        assert shown["curation"] == ["reject:label_noise"] and "suspects: label" in task["data"]["suspects"]
+    # the reviewer submits the pre-annotation as is (confirms) on one, and clears the reason on the other
+    _annotate(ls, result.project_id, tasks[confirm["sample_id"]], tasks[confirm["sample_id"]]["predictions"][0]["result"])
+    _annotate(ls, result.project_id, tasks[clear["sample_id"]], [_choice("background", clear["background"])])
+    report = pull_labelstudio(world.root, url=ls.url, token=ls.token)
+    assert not report.conflicts and not report.problems, [str(p) for p in report.problems]
+    a, b = world.row(confirm["sample_id"]), world.row(clear["sample_id"])
+    assert (a["status"], a["reject_reason"]) == ("rejected", "label_noise") and "suspect:label" in a["tags"]
+    assert b["status"] == "candidate" and b["tags"] == list(clear["tags"] or [])
+
+
 def test_conflicts_via_the_cli_and_the_token_stays_secret(ls, world, monkeypatch, caplog) -> None:
     monkeypatch.setenv("CURATE_LS_TOKEN", ls.token)
     runner = CliRunner(env={"COLUMNS": "200"})

@@ -30,6 +30,9 @@ REASON_TO_CHECK: dict[str, str] = {
     "clarity": "clarity",
 }
 ANY_REJECT_CHECKS: frozenset[str] = frozenset({"outliers"})
+#: The same table read the other way: the ``reject:<reason>`` a reviewer confirms a
+#: ``suspect:<check>`` with (Label Studio tasks pre-select it; curate.review.labelstudio).
+CHECK_TO_REASON: dict[str, str] = {check: reason for reason, check in REASON_TO_CHECK.items()}
 
 #: Planted problem of the synthetic world (curate.collect.planted) -> the check that should find it.
 PLANTED_TO_CHECK: dict[str, str] = {

@@ -7,6 +7,28 @@ import click
 
 from curate.cli import main, out, progress
 
+#: ``collect synthetic`` option -> the WorldSpec rate of a planted problem (curate.collect.planted.RATE_FIELDS).
+PLANTED_OPTIONS: dict[str, str] = {
+    "--wrong-label-rate": "wrong_label_rate",
+    "--duplicate-rate": "duplicate_rate",
+    "--near-duplicate-rate": "near_duplicate_rate",
+    "--feature-noise-rate": "feature_noise_rate",
+    "--second-object-rate": "second_object_rate",
+    "--small-object-rate": "small_object_rate",
+}
+
+
+def planted_options(func):
+    """``--planted-rate`` (every planted problem at that rate) and one ``--<kind>-rate`` each."""
+    for flag, name in reversed(PLANTED_OPTIONS.items()):
+        kind = name[: -len("_rate")].replace("_", " ")
+        func = click.option(flag, name, type=float, default=None,
+                            help=f"Share of samples planted with a {kind} problem (default: --planted-rate).")(func)
+    return click.option("--planted-rate", type=float, default=0.0, show_default=True,
+                        help="Plant each of the six curation problems (wrong label, exact and near duplicate, "
+                             "feature noise, second object, small object) in this share of samples; the truth "
+                             "goes to the sample's extra, which `curate audit --measure --truth planted` reads.")(func)
+
 
 @main.group()
 def collect() -> None:
@@ -23,9 +45,11 @@ def collect() -> None:
 @click.option("--per-class", type=int, default=100, show_default=True)
 @click.option("--image-size", type=int, default=48, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
+@planted_options
 def collect_synthetic_cmd(directory: Path, classes: str, p: float, uncorrelated: bool, per_class: int,
-                          image_size: int, seed: int) -> None:
-    """Generate the synthetic world (shapes on procedural backgrounds, exact masks)."""
+                          image_size: int, seed: int, planted_rate: float, **rates: float | None) -> None:
+    """Generate the synthetic world (shapes on procedural backgrounds, exact masks), optionally
+    with planted curation problems at known rates (the ground truth of `curate audit`)."""
     from dataclasses import replace
 
     from curate.collect.synthetic import DEFAULT_CLASSES, WorldSpec, classes_by_name, collect_synthetic
@@ -34,10 +58,24 @@ def collect_synthetic_cmd(directory: Path, classes: str, p: float, uncorrelated:
         picked = DEFAULT_CLASSES[: int(classes)]
     else:
         picked = classes_by_name(classes.split(","))
-    spec = WorldSpec(classes=picked, p=p, per_class=per_class, image_size=image_size, seed=seed)
+    planted = {name: (planted_rate if rate is None else rate) for name, rate in rates.items()}
+    try:
+        spec = WorldSpec(classes=picked, p=p, per_class=per_class, image_size=image_size, seed=seed, **planted)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
     if uncorrelated:
         spec = replace(spec, p=spec.uncorrelated_p)
     with progress() as bar:
         task = bar.add_task("generating", total=per_class * len(picked))
         ds = collect_synthetic(directory, spec, progress=lambda done, total: bar.update(task, completed=done))
     out().print(f"{ds.root}: {len(ds)} samples, {len(picked)} classes, p = {spec.p:.3f}, seed {seed}")
+    if any(planted.values()):
+        import json
+        from collections import Counter
+
+        from curate.collect.planted import planted_truth
+
+        extras = {r["sample_id"]: {**json.loads(r["extra"] or "{}"), "source_id": r["source_id"]} for r in ds.rows()}
+        counts = Counter(planted_truth(extras).values())
+        out().print("planted (truth in each sample's extra; duplicate_source = the original a duplicate copies): "
+                    + ", ".join(f"{kind} {n}" for kind, n in sorted(counts.items())))

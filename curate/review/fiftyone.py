@@ -16,6 +16,9 @@ FiftyOne field              from the folder
 ``mask``                    ``Segmentation(mask_path=<the folder's masks/ PNG>)``
 ``pred_<run>``              per evaluation run: ``Classification(label=top-1 name, confidence,
                             class_index, correct=top-1 right, top5=[names])``
+``audit_<check>``           per audit check: the sample's score (float, higher = more suspect,
+                            null = not scored) in the newest audit run that ran the check
+                            (the run whose ``suspect:<check>`` tags the folder holds)
 ``tags``                    the reviewer's vocabulary (``accept``, ``reject:<reason>``,
                             ``bg:<background>``, ``mask:ok|bad``, ``tag:<free>``), see
                             :mod:`curate.review.vocabulary`
@@ -63,6 +66,7 @@ from curate.review.sync import (
     snapshot_path,
 )
 from curate.review.views import (
+    AUDIT_PREFIX,
     CORRECT_PREFIX,
     Condition,
     ViewSpec,
@@ -155,6 +159,11 @@ def run_field(run: str) -> str:
     return "pred_" + re.sub(r"[^0-9A-Za-z_]", "_", run)
 
 
+def audit_field(check: str) -> str:
+    """The FiftyOne field of an audit check's scores: ``audit_<check>``."""
+    return "audit_" + re.sub(r"[^0-9A-Za-z_]", "_", check)
+
+
 def dataset_name(ds: Dataset, name: str | None = None) -> str:
     """The FiftyOne dataset name: ``name`` or dataset.yaml's name."""
     return name or ds.name
@@ -201,6 +210,42 @@ def read_runs(ds: Dataset) -> list[RunPredictions]:
     return out
 
 
+@dataclass
+class AuditScores:
+    """One audit check's per-sample scores, from the newest audit run that ran the check."""
+
+    check: str
+    run: str
+    field: str
+    by_sample: dict[str, float | None]
+
+
+def read_audit_scores(ds: Dataset) -> list[AuditScores]:
+    """Per check, the scores of the newest audit run that ran it, read through
+    :class:`curate.runs.AuditRun` (``suspect:<check>`` tags come from that run too, since an
+    audit replaces only the tags of the checks it ran). A damaged run is logged and skipped."""
+    from curate.runs import RunError, iter_runs
+
+    out: dict[str, AuditScores] = {}
+    for run_dir, record in reversed(list(iter_runs(ds.root, "audit"))):
+        if isinstance(record, RunError):
+            log.warning("skipping audit run %s: %s", run_dir.name, record)
+            continue
+        try:
+            ids = record.sample_ids
+            for check in record.checks:
+                if check in out:
+                    continue
+                scores = record.scores(check)
+                out[check] = AuditScores(check, run_dir.name, audit_field(check),
+                                         {sid: (None if np.isnan(v) else float(v)) for sid, v in zip(ids, scores)})
+        except (RunError, OSError, KeyError, ValueError) as exc:
+            log.warning("skipping audit run %s: its scores cannot be read (%s)", run_dir.name, exc)
+    from curate.audit.base import CHECKS
+
+    return [out[c] for c in CHECKS if c in out]
+
+
 def _class_name(ds: Dataset, index: int) -> str:
     try:
         return ds.label_space.name_of(int(index))
@@ -233,7 +278,7 @@ def view_units(row: Mapping[str, Any], tags: Sequence[str], vocab: TagVocabulary
 
 
 def _sample_values(fo: Any, ds: Dataset, row: Mapping[str, Any], vocab: TagVocabulary,
-                   runs: Sequence[RunPredictions]) -> dict[str, Any]:
+                   runs: Sequence[RunPredictions], audits: Sequence[AuditScores] = ()) -> dict[str, Any]:
     """Field -> value of one row in FiftyOne."""
     mask_path = ds.mask_path(row)
     values: dict[str, Any] = {name: row.get(name) for name in STRING_FIELDS}
@@ -247,6 +292,8 @@ def _sample_values(fo: Any, ds: Dataset, row: Mapping[str, Any], vocab: TagVocab
     for run in runs:
         pred = run.by_sample.get(row["sample_id"])
         values[run.field] = fo.Classification(**pred) if pred else None
+    for audit in audits:
+        values[audit.field] = audit.by_sample.get(row["sample_id"])
     return values
 
 
@@ -259,6 +306,8 @@ def _field_path(column: str, runs: Sequence[RunPredictions]) -> str:
     if column.startswith(CORRECT_PREFIX):
         run = column[len(CORRECT_PREFIX):]
         return f"{run_field(run)}.correct"
+    if column.startswith(AUDIT_PREFIX):
+        return audit_field(column[len(AUDIT_PREFIX):])
     return FIELD_PATHS.get(column, column)
 
 
@@ -310,7 +359,10 @@ def build_view(fo: Any, dataset: Any, spec: ViewSpec, runs: Sequence[RunPredicti
         view = view.match(either)
     key = spec.sort_key()
     if key:
-        view = view.sort_by(_field_path(key[0], runs), reverse=key[1])
+        path = _field_path(key[0], runs)
+        if key[0].startswith(AUDIT_PREFIX) and path not in dataset.get_field_schema():
+            return view  # no audit ran that check: nothing to sort by (the view is filtered only)
+        view = view.sort_by(path, reverse=key[1])
     return view
 
 
@@ -366,10 +418,11 @@ def push_fiftyone(
     snap_path = snapshot_path(ds.root, BACKEND, fo_name)
     previous = Snapshot.load(snap_path)
     runs = read_runs(ds)
+    audits = read_audit_scores(ds)
     exists = fo_name in fo.list_datasets()
     if exists:
         dataset = fo.load_dataset(fo_name)
-        declare_fields(fo, dataset, runs)
+        declare_fields(fo, dataset, runs, audits)
         owner = (dataset.info or {}).get("curate_root")
         if owner and owner != str(ds.root) and not force:
             raise ReviewError(f"FiftyOne dataset {fo_name!r} was pushed from {owner}, not {ds.root}; "
@@ -385,7 +438,7 @@ def push_fiftyone(
     else:
         dataset = fo.Dataset(fo_name)
     dataset.persistent = True
-    declare_fields(fo, dataset, runs)
+    declare_fields(fo, dataset, runs, audits)
     rows = ds.rows()
     total = len(rows)
     known = dict(zip(dataset.values("sample_id"), dataset.values("id"))) if exists else {}
@@ -398,7 +451,7 @@ def push_fiftyone(
     snapshot = Snapshot(backend=BACKEND, target={"dataset": fo_name, "root": str(ds.root)}, pushed_at=now_iso(),
                         path=snap_path)
     for done, row in enumerate(rows, 1):
-        values = _sample_values(fo, ds, row, vocab, runs)
+        values = _sample_values(fo, ds, row, vocab, runs, audits)
         image = ds.image_path(row)
         mask = values["mask"].mask_path if values["mask"] is not None else None
         snapshot.samples[row["sample_id"]] = {"folder": folder_units(ds, row),
@@ -423,11 +476,14 @@ def push_fiftyone(
             dataset.set_values(key, {sid: v[key] for sid, v in updates.items()}, key_field="sample_id", progress=False)
     for old in (previous_run_fields(dataset) - {r.field for r in runs}):
         dataset.delete_sample_field(old)
+    for old in (previous_audit_fields(dataset) - {a.field for a in audits}):
+        dataset.delete_sample_field(old)
     dataset.add_dynamic_sample_fields()
     configure_app(fo, dataset)
     made = save_views(fo, dataset, specs, runs)
     dataset.info = {**(dataset.info or {}), "curate_root": str(ds.root), "curate_version": __version__,
-                    "pushed_at": snapshot.pushed_at, "curate_views": made, "curate_runs": [r.name for r in runs]}
+                    "pushed_at": snapshot.pushed_at, "curate_views": made, "curate_runs": [r.name for r in runs],
+                    "curate_audits": {a.check: a.run for a in audits}}
     dataset.description = f"curate dataset folder {ds.root}. {_guideline_summary()}".strip()
     dataset.save()
     snapshot.save(ds)
@@ -438,7 +494,7 @@ def push_fiftyone(
     return result
 
 
-def declare_fields(fo: Any, dataset: Any, runs: Sequence[RunPredictions]) -> None:
+def declare_fields(fo: Any, dataset: Any, runs: Sequence[RunPredictions], audits: Sequence[AuditScores] = ()) -> None:
     """Declare every field up front, so that a field whose values are all null still exists
     (views and reads of it work, and the App lists it)."""
     schema = dataset.get_field_schema()
@@ -450,6 +506,9 @@ def declare_fields(fo: Any, dataset: Any, runs: Sequence[RunPredictions]) -> Non
     for name, kind in labels:
         if name not in schema:
             dataset.add_sample_field(name, fo.EmbeddedDocumentField, embedded_doc_type=kind)
+    for audit in audits:
+        if audit.field not in schema:
+            dataset.add_sample_field(audit.field, fo.FloatField)
 
 
 #: The App sidebar's "review" group (shown second, after the tags).
@@ -473,6 +532,10 @@ def configure_app(fo: Any, dataset: Any) -> None:
 
 def previous_run_fields(dataset: Any) -> set[str]:
     return {name for name in dataset.get_field_schema() if name.startswith("pred_")}
+
+
+def previous_audit_fields(dataset: Any) -> set[str]:
+    return {name for name in dataset.get_field_schema() if name.startswith("audit_")}
 
 
 def save_views(fo: Any, dataset: Any, specs: Sequence[ViewSpec], runs: Sequence[RunPredictions]) -> list[str]:

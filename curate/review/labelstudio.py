@@ -18,6 +18,16 @@ Images reach the server in one of three ways (``media``):
 - ``url``: ``<media_url>/<filepath>``, e.g. from ``curate review serve-media DIR``;
 - ``inline``: the image itself as a ``data:`` URL (small datasets, any server).
 
+Suspicions of ``curate audit`` (``suspect:<check>`` tags, docs/design.md#audit) travel as a
+pre-selected reason: on a sample nobody decided yet, the prediction pre-selects the curation
+choice ``reject:<reason>`` of the check (:data:`curate.audit.base.CHECK_TO_REASON`, the table
+``curate audit --measure`` reads the other way; with several suspicions, the first check in
+audit order), and the task's ``suspects`` text says which checks flagged it. The reviewer
+confirms by submitting the reason (it becomes the decision, like any chosen reason) or clears
+it (another choice, or none): each suspicion whose reason the annotation does not hold is
+dropped from the folder's ``tags``; status never changes by itself. Duplicates and outliers
+have no reason of their own among the paper's four: they are only named in the text.
+
 ``pull_labelstudio`` exports the project's annotations and applies, per task, the latest
 submitted (not cancelled) annotation through :func:`curate.review.sync.apply_pull`:
 background choice -> background (source human; choosing the pre-label confirms it), curation
@@ -65,7 +75,7 @@ from curate.review.sync import (
     snapshot_path,
 )
 from curate.review.views import ViewSpec, expand_views, find_view, load_views
-from curate.review.vocabulary import TagVocabulary
+from curate.review.vocabulary import SUSPECT_PREFIX, TagVocabulary
 from curate.runs import list_runs
 from curate.store import Dataset
 
@@ -233,8 +243,34 @@ def brush_result(mask: np.ndarray) -> dict[str, Any]:
             "value": {"format": "rle", "rle": rle.encode_mask(mask), "brushlabels": [MASK_LABEL]}}
 
 
+def suspicions(row: Mapping[str, Any], vocab: TagVocabulary) -> dict[str, str]:
+    """``{check: "reject:<reason>"}`` of the row's ``suspect:<check>`` tags whose check has a reason
+    among the vocabulary's (:data:`curate.audit.base.CHECK_TO_REASON`), in audit order."""
+    from curate.audit.base import CHECK_TO_REASON, CHECKS
+
+    tagged = {t[len(SUSPECT_PREFIX):] for t in (row.get("tags") or []) if str(t).startswith(SUSPECT_PREFIX)}
+    return {check: f"{vocab.reject_prefix}{CHECK_TO_REASON[check]}" for check in CHECKS
+            if check in tagged and CHECK_TO_REASON.get(check) in vocab.reasons}
+
+
+def suspects_text(row: Mapping[str, Any], vocab: TagVocabulary) -> str:
+    """The task's ``suspects`` line: which audit checks flagged the photo and what to do."""
+    checks = [str(t)[len(SUSPECT_PREFIX):] for t in (row.get("tags") or []) if str(t).startswith(SUSPECT_PREFIX)]
+    if not checks:
+        return ""
+    mapped = suspicions(row, vocab)
+    text = f"curate audit suspects: {', '.join(checks)}."
+    if mapped and vocab.curation_tag(row.get("status"), row.get("reject_reason")) is None:
+        text += (f" {next(iter(mapped.values()))} is pre-selected: submit it to confirm, or clear it (choose another "
+                 "or none) to drop the suspicion.")
+    return text
+
+
 def pushed_values(ds: Dataset, row: Mapping[str, Any], vocab: TagVocabulary) -> tuple[dict[str, Any], list[dict[str, Any]], float | None]:
-    """(per-unit view values, prediction results, score) that a push shows for a row."""
+    """(per-unit view values, prediction results, score) that a push shows for a row.
+
+    ``view["suspicion"]``: the ``{check: reject:<reason>}`` suspicions shown as a pre-selected
+    curation choice (only on undecided rows; see the module docstring)."""
     results: list[dict[str, Any]] = []
     view: dict[str, Any] = {"background": None, "curation": None, "mask_status": None, "mask": None}
     if row.get("background") in ds.backgrounds:
@@ -244,6 +280,9 @@ def pushed_values(ds: Dataset, row: Mapping[str, Any], vocab: TagVocabulary) -> 
     if curation and (curation == vocab.accept or curation[len(vocab.reject_prefix):] in vocab.reasons):
         view["curation"] = curation
         results.append(_choices_result(CURATION, curation))
+    elif curation is None and (suspected := suspicions(row, vocab)):
+        view["suspicion"] = suspected  # the folder has no decision: view["curation"] stays None
+        results.append(_choices_result(CURATION, next(iter(suspected.values()))))
     verdict = next((tag for tag, status in vocab.mask_tags.items() if status == row.get("mask_status")), None)
     if verdict:
         view["mask_status"] = verdict
@@ -362,7 +401,8 @@ def push_labelstudio(
             if score is not None:
                 prediction["score"] = score
             new_tasks.append({"data": {"image": media.url_of(ds, row), "sample_id": sid,
-                                       "class_name": row.get("class_name") or ""},
+                                       "class_name": row.get("class_name") or "",
+                                       "suspects": suspects_text(row, vocab)},
                               "predictions": [prediction] if results else []})
             new_entries.append((sid, entry, row))
         elif _annotations(task):
@@ -533,6 +573,7 @@ def observe_task(ds: Dataset, task: Mapping[str, Any], entry: Mapping[str, Any],
         obs.view[unit] = chosen
         if chosen != pushed.get(unit):
             obs.edits[unit] = Edit(unit, list(value) if isinstance(value, tuple) else value, f"choice {control} = {chosen}", actor)
+    _clear_suspicions(obs, pushed, folder_at_push, choices.get(CURATION, []), annotation, actor)
     if brushes:
         mask = np.zeros_like(brushes[0])
         for brush in brushes:
@@ -543,6 +584,20 @@ def observe_task(ds: Dataset, task: Mapping[str, Any], entry: Mapping[str, Any],
             status = obs.edits["mask_status"].value if "mask_status" in obs.edits else "human"
             obs.edits["mask"] = Edit("mask", mask, f"brush of annotation {annotation.get('id')}", actor, mask_status=status)
     return obs
+
+
+def _clear_suspicions(obs: Observation, pushed: Mapping[str, Any], folder_at_push: Mapping[str, Any],
+                      chosen: Sequence[str], annotation: Mapping[str, Any], actor: str) -> None:
+    """Drop from the folder's tags each ``suspect:<check>`` the task pre-selected a reason for
+    that the annotation does not hold (the reviewer cleared it); a held reason is a decision
+    (made by the curation choice itself) and its suspicion stays as the audit's record."""
+    suspected = pushed.get("suspicion") or {}
+    cleared = [check for check, reason in suspected.items() if reason not in chosen]
+    drop = {f"{SUSPECT_PREFIX}{check}" for check in cleared}
+    tags = list(folder_at_push.get("tags") or [])
+    if drop & set(tags):
+        obs.edits["tags"] = Edit("tags", [t for t in tags if t not in drop],
+                                 f"suspicion {', '.join(cleared)} cleared in annotation {annotation.get('id')}", actor)
 
 
 def pull_labelstudio(

@@ -4,7 +4,9 @@ A view is a name, a description, ``match`` conditions on the columns of ``sample
 (all must hold), an optional ``sort_by`` and flags: ``per_run`` (made once per evaluation run;
 ``{run}`` in the name, description and conditions is the run's name; the pseudo column
 ``correct@{run}`` is whether that run's top-1 prediction is right) and ``review`` (its samples
-become Label Studio tasks by default).
+become Label Studio tasks by default). ``sort_by`` may also name the pseudo column
+``audit:<check>``: the score of that check in the newest audit run that ran it (FiftyOne shows it
+as the sample field ``audit_<check>``; docs/design.md#audit).
 
 Conditions: a plain value (equal), null (missing), or a mapping of operators ``eq``, ``ne``,
 ``lt``, ``le``, ``gt``, ``ge``, ``in``, ``nin``, ``exists``, ``has`` (a list column such as
@@ -32,6 +34,8 @@ log = logging.getLogger(__name__)
 OPERATORS: tuple[str, ...] = ("eq", "ne", "lt", "le", "gt", "ge", "in", "nin", "exists", "has")
 #: The pseudo column of per-run correctness: ``correct@<run name>``.
 CORRECT_PREFIX = "correct@"
+#: The pseudo column of an audit check's score (``sort_by`` only): ``audit:<check>``.
+AUDIT_PREFIX = "audit:"
 
 
 class ViewError(ValueError):
@@ -144,6 +148,17 @@ def _conditions(view: str, match: Any) -> tuple[Condition, ...]:
     return tuple(out)
 
 
+def _sortable(column: str) -> bool:
+    """A column of samples.parquet, or ``audit:<check>`` with a check ``curate audit`` runs."""
+    if column in COLUMN_NAMES:
+        return True
+    if column.startswith(AUDIT_PREFIX):
+        from curate.audit.base import CHECKS
+
+        return column[len(AUDIT_PREFIX):] in CHECKS
+    return False
+
+
 def load_views(path: str | Path | None = None) -> list[ViewSpec]:
     """The view definitions of ``views.yaml`` (default ``annotation/views.yaml``), checked."""
     path = Path(path) if path is not None else annotation_file(VIEWS_FILE)
@@ -170,8 +185,9 @@ def load_views(path: str | Path | None = None) -> list[ViewSpec]:
         if per_run and "{run}" not in name:
             raise ViewError(f"{path}: per-run view {name!r} needs '{{run}}' in its name")
         sort_by = item.get("sort_by")
-        if sort_by is not None and str(sort_by).lstrip("-") not in COLUMN_NAMES:
-            raise ViewError(f"{path}: view {name!r} sorts by unknown column {sort_by!r}")
+        if sort_by is not None and not _sortable(str(sort_by).lstrip("-")):
+            raise ViewError(f"{path}: view {name!r} sorts by unknown column {sort_by!r} (columns of samples.parquet, "
+                            f"or {AUDIT_PREFIX}<check>)")
         match_any = item.get("match_any") or []
         if not isinstance(match_any, list):
             raise ViewError(f"{path}: view {name!r}: match_any must be a list of match mappings")
