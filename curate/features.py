@@ -7,10 +7,16 @@ What is cached per (model id, preprocessing, output kind, sample id):
 
 Layout: ``DIR/features/<model slug>/<key>/`` with ``index.json`` (the record: model id,
 preprocessing, kind, dimension, format version, and the sample ids in row order) and the
-array file it names (``values-<token>.npy``, float32). Adding samples writes a new array file
-and then replaces ``index.json`` atomically, so a crash leaves the previous cache intact. A
-cache whose record does not match (another model, another preprocessing, an older format) is
-never reused. Sample ids are content hashes, so an id always names the same pixels.
+array file it names (``values-<token>.npy``, float32): the compacted base. While a run
+encodes, every finished shard of outputs goes to its own ``shard-<token>.npz`` (sample ids,
+values and the record, written atomically), so a run that is killed keeps every shard it
+finished and the next run encodes only what is missing. At the end of a run the base and the
+shards are merged into a new base (new array file, then ``index.json`` replaced atomically,
+then the shards deleted; a crash in between leaves duplicates, which readers drop: an id
+always names the same pixels, so both copies hold the same output). A cache or shard whose
+record does not match (another model, another preprocessing, an older format) is never
+reused. Which engine encodes (in-process or Ray Data, :mod:`curate.engine`) does not change
+the cache: both write the same shards.
 
 Images that fail to decode at this stage, and outputs with NaN/inf, are reported with a
 reason and left out (not cached), so callers can count and exclude them.
@@ -21,6 +27,7 @@ import hashlib
 import json
 import logging
 import os
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -52,8 +59,12 @@ class Features:
 
 
 def preprocessing_fingerprint(model) -> str:
-    """A stable description of the model's eval transform (part of the cache key)."""
-    return repr(model.preprocess)
+    """A stable description of the model's eval transform (part of the cache key).
+
+    A model not yet loaded (:class:`curate.engine.identity.LazyModel`) carries the fingerprint
+    recorded when it was last loaded, so looking the cache up does not load it."""
+    recorded = getattr(model, "preprocess_fingerprint", None)
+    return recorded if isinstance(recorded, str) else repr(model.preprocess)
 
 
 def cache_key(model, kind: str) -> str:
@@ -89,6 +100,11 @@ def _model_output(model, kind: str, batch: torch.Tensor) -> torch.Tensor:
     if kind == "embedding":
         return model.encode_image(batch, normalize=True)
     return model.logits(batch)
+
+
+def model_output(model, kind: str, batch: torch.Tensor) -> torch.Tensor:
+    """The cached output of ``kind`` for a preprocessed batch (what every engine runs)."""
+    return _model_output(model, kind, batch)
 
 
 def default_workers(device: torch.device) -> int:
@@ -146,83 +162,169 @@ class FeatureCache:
         self.record = {"model_id": model.model_id, "preprocess": preprocessing_fingerprint(model), "kind": kind,
                        "version": CACHE_VERSION}
 
-    def load(self) -> tuple[list[str], np.ndarray]:
-        """Cached (ids, values); empty when absent, foreign or damaged (then logged)."""
+    def _load_base(self) -> tuple[list[str], np.ndarray, str | None]:
         index_path = self.folder / "index.json"
+        empty: tuple[list[str], np.ndarray, str | None] = ([], np.zeros((0, 0), np.float32), None)
         if not index_path.exists():
-            return [], np.zeros((0, 0), np.float32)
+            return empty
         try:
             index = json.loads(index_path.read_text())
             if index.get("record") != self.record:
                 logger.warning("feature cache %s belongs to %s; not reusing it", self.folder, index.get("record"))
-                return [], np.zeros((0, 0), np.float32)
+                return empty
             values = np.load(self.folder / index["values"], allow_pickle=False)
             ids = list(index["sample_ids"])
             if values.shape[0] != len(ids) or values.dtype != np.float32:
                 raise ValueError(f"array of shape {values.shape} for {len(ids)} ids")
-            return ids, values
+            return ids, values, index["values"]
         except Exception as error:
             logger.warning("feature cache %s is damaged (%s); recomputing", self.folder, error)
+            return empty
+
+    def shard_files(self) -> list[Path]:
+        """The uncompacted shards, oldest first."""
+        return sorted(self.folder.glob("shard-*.npz"), key=lambda p: (p.stat().st_mtime_ns, p.name))
+
+    def _load_shard(self, path: Path) -> tuple[list[str], np.ndarray] | None:
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                record = json.loads(str(data["record"]))
+                ids = [str(x) for x in data["ids"]]
+                values = np.asarray(data["values"], dtype=np.float32)
+            if record != self.record:
+                logger.warning("feature shard %s belongs to %s; not reusing it", path, record)
+                return None
+            if values.ndim != 2 or values.shape[0] != len(ids):
+                raise ValueError(f"array of shape {values.shape} for {len(ids)} ids")
+            return ids, values
+        except Exception as error:
+            logger.warning("feature shard %s is damaged (%s); its samples will be recomputed", path, error)
+            return None
+
+    def load(self) -> tuple[list[str], np.ndarray]:
+        """Cached (ids, values) of the base and every shard, each id once; empty when absent,
+        foreign or damaged (then logged)."""
+        ids, values, _ = self._load_base()
+        parts_ids, parts_values = [ids], [values] if len(ids) else []
+        seen = set(ids)
+        for path in self.shard_files() if self.folder.is_dir() else []:
+            shard = self._load_shard(path)
+            if shard is None:
+                continue
+            keep = [i for i, sid in enumerate(shard[0]) if sid not in seen]
+            if not keep:
+                continue
+            if parts_values and parts_values[0].shape[1] != shard[1].shape[1]:
+                logger.warning("feature shard %s has width %d, not %d; ignoring it", path, shard[1].shape[1],
+                               parts_values[0].shape[1])
+                continue
+            new_ids = [shard[0][i] for i in keep]
+            seen.update(new_ids)
+            parts_ids.append(new_ids)
+            parts_values.append(shard[1][keep])
+        all_ids = [sid for part in parts_ids for sid in part]
+        if not all_ids:
             return [], np.zeros((0, 0), np.float32)
+        return all_ids, np.concatenate(parts_values) if len(parts_values) > 1 else parts_values[0]
+
+    def append(self, ids: Sequence[str], values: np.ndarray) -> Path:
+        """Write one shard (``shard-<token>.npz``: ids, values, record) atomically."""
+        import io
+
+        self.folder.mkdir(parents=True, exist_ok=True)
+        buffer = io.BytesIO()
+        np.savez(buffer, ids=np.array(list(ids), dtype=str), values=np.ascontiguousarray(values, dtype=np.float32),
+                 record=np.array(json.dumps(self.record, sort_keys=True)))
+        path = self.folder / f"shard-{time.time_ns():020d}-{uuid.uuid4().hex[:8]}.npz"
+        write_bytes(path, buffer.getvalue())
+        return path
 
     def store(self, ids: list[str], values: np.ndarray) -> None:
-        """Write a new array file, then point ``index.json`` at it (atomic), then tidy up."""
+        """Write a new base array file, point ``index.json`` at it (atomic), then delete the old
+        base and every shard (their content is in the new base)."""
         self.folder.mkdir(parents=True, exist_ok=True)
+        shards = self.shard_files()
         name = f"values-{uuid.uuid4().hex[:12]}.npy"
         import io
 
         buffer = io.BytesIO()
         np.save(buffer, np.ascontiguousarray(values, dtype=np.float32), allow_pickle=False)
         write_bytes(self.folder / name, buffer.getvalue())
-        write_json(self.folder / "index.json", {"record": self.record, "values": name, "sample_ids": ids,
+        write_json(self.folder / "index.json", {"record": self.record, "values": name, "sample_ids": list(ids),
                                                 "dim": int(values.shape[1]) if values.ndim == 2 else 0})
         for old in self.folder.glob("values-*.npy"):
             if old.name != name:
                 old.unlink(missing_ok=True)
+        for shard in shards:
+            shard.unlink(missing_ok=True)
+
+    def compact(self) -> None:
+        """Merge the base and the shards into one base (nothing to do without shards)."""
+        if not self.shard_files():
+            return
+        ids, values = self.load()
+        if ids:
+            self.store(ids, values)
 
 
 def compute_features(
     dataset, model, sample_ids: Sequence[str], *, kind: str | None = None, batch_size: int = 256,
     workers: int | None = None, use_cache: bool = True, progress: Callable[[int, int], None] | None = None,
+    engine=None, shard_rows: int = 4096, factory=None,
 ) -> Features:
     """Outputs of ``model`` for ``sample_ids`` of ``dataset``, reusing and extending the cache.
 
     ``kind`` defaults to ``embedding`` for CLIPs and ``logits`` for classifiers. Models with
-    random unseeded weights (``cache_safe`` False) are never cached.
+    random unseeded weights (``cache_safe`` False) are never cached. ``engine`` (a
+    :class:`curate.engine.Engine`; default the in-process one) encodes what is missing, in
+    batches of ``batch_size`` consecutive missing ids (the same batches on every engine, so
+    fp32 CPU outputs are bit-identical); every ``shard_rows`` outputs are written as a shard,
+    so an interrupted run keeps them. The model is touched only when something is missing.
+    ``factory`` (:class:`curate.engine.base.ModelFactory`) is how a remote worker loads the
+    model; without one a remote engine ships the loaded model by value.
     """
+    from curate.engine.base import EncodeJob
+    from curate.engine.local import LocalEngine
+
     kind = kind or ("embedding" if model.kind == "clip" else "logits")
     cache = FeatureCache(dataset.root, model, kind) if use_cache and getattr(model, "cache_safe", True) else None
     cached_ids, cached_values = cache.load() if cache else ([], np.zeros((0, 0), np.float32))
     position = {sid: i for i, sid in enumerate(cached_ids)}
     missing = [sid for sid in dict.fromkeys(sample_ids) if sid not in position]
-    new_values = np.zeros((0, cached_values.shape[1] if cached_values.size else 0), np.float32)
     failed: dict[str, str] = {}
     if missing:
-        paths = [dataset.image_path(sid) for sid in missing]
+        engine = engine or LocalEngine(workers=workers)
+        job = EncodeJob.for_model(model, kind, batch_size=batch_size)
+        job.factory = factory or job.factory
+        new_ids: list[str] = []
+        new_parts: list[np.ndarray] = []
+        pending_ids: list[str] = []
+        pending: list[np.ndarray] = []
         done = 0
-
-        def step(n: int) -> None:
-            nonlocal done
-            done += n
+        for out in engine.map_batches(dataset, missing, job):
+            failed.update(out.failed)
+            if out.sample_ids:
+                new_ids.extend(out.sample_ids)
+                new_parts.append(out.values)
+                pending_ids.extend(out.sample_ids)
+                pending.append(out.values)
+            if cache and len(pending_ids) >= shard_rows:
+                cache.append(pending_ids, np.concatenate(pending))
+                pending_ids, pending = [], []
+            done += out.count
             if progress:
                 progress(done, len(missing))
-
-        values, failures = encode_images(model, paths, kind=kind, batch_size=batch_size, workers=workers, progress=step)
-        failed = {missing[p]: reason for p, reason in failures.items()}
-        keep = [i for i in range(len(missing)) if i not in failures]
-        new_ids = [missing[i] for i in keep]
-        new_values = values[keep] if values.shape[1] else np.zeros((0, 0), np.float32)
+        if cache and pending_ids:
+            cache.append(pending_ids, np.concatenate(pending))
         if cache and new_ids:
-            all_ids = cached_ids + new_ids
-            all_values = np.concatenate([cached_values, new_values]) if cached_values.size else new_values
-            cache.store(all_ids, all_values)
-            cached_ids, cached_values = all_ids, all_values
-            position = {sid: i for i, sid in enumerate(cached_ids)}
-        elif not cache:
-            cached_ids = cached_ids + new_ids
+            cache.compact()
+        if new_ids:
+            new_values = np.concatenate(new_parts)
             cached_values = np.concatenate([cached_values, new_values]) if cached_values.size else new_values
+            cached_ids = cached_ids + new_ids
             position = {sid: i for i, sid in enumerate(cached_ids)}
     ordered = [sid for sid in dict.fromkeys(sample_ids) if sid in position]
     rows = [position[sid] for sid in ordered]
-    values = cached_values[rows] if rows else np.zeros((0, cached_values.shape[1] if cached_values.ndim == 2 else 0), np.float32)
+    width = cached_values.shape[1] if cached_values.ndim == 2 else 0
+    values = cached_values[rows] if rows else np.zeros((0, width), np.float32)
     return Features(ordered, values, failed, computed=len(missing))

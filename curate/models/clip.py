@@ -100,12 +100,19 @@ class ClipModel(LoadedModel):
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if not texts:
             return torch.empty(0, self.embed_dim, device=self.device)
+        from curate.zeroshot.text_tower import encode_text_trimmed
+
+        # Prompts are sorted by token length so each batch is cut at its own longest prompt
+        # (exact for causal EOT-pooled towers; curate/zeroshot/text_tower.py), then unsorted.
+        tokens = self.tokenizer(texts)
+        lengths = (tokens != 0).sum(dim=1)
+        order = torch.argsort(lengths, stable=True)
         chunks = []
         with self._grad_context(grad), self.autocast():
             for start in range(0, len(texts), batch_size):
-                tokens = self.tokenizer(texts[start : start + batch_size]).to(self.device, non_blocking=True)
-                chunks.append(self.module.encode_text(tokens).float())
-        out = torch.cat(chunks)
+                batch = tokens[order[start : start + batch_size]].to(self.device, non_blocking=True)
+                chunks.append(encode_text_trimmed(self.module, batch).float())
+        out = torch.cat(chunks)[torch.argsort(order).to(self.device)]
         return F.normalize(out, dim=-1) if normalize else out
 
 

@@ -1,0 +1,57 @@
+"""Engines: where the heavy per-sample work of a stage runs (``docs/design.md#engines``).
+
+- :mod:`curate.engine.base`: the seam (:class:`Engine`, :class:`EncodeJob`, :class:`BatchOutput`);
+- :mod:`curate.engine.local`: in-process (a torch ``DataLoader``);
+- :mod:`curate.engine.ray_data`: Ray Data (CPU decode tasks, a model actor pool);
+- :mod:`curate.engine.session`: starting or joining a Ray cluster;
+- :mod:`curate.engine.identity`: naming a model without loading it (re-scoring loads nothing).
+
+:func:`make_engine` builds the engine a stage's settings name. Importing this package imports
+neither torch nor Ray.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["ENGINES", "make_engine"]
+
+ENGINES = ("local", "ray")
+
+
+def make_engine(name: str = "local", *, workers: int | None = None, ray_address: str | None = None,
+                gpus_per_worker: float = 0.0) -> Any:
+    """The engine called ``name``: ``local`` (``workers`` = decoding processes) or ``ray``
+    (``workers`` = model actors, default 1; ``ray_address`` None starts a local instance)."""
+    if name == "local":
+        if ray_address or gpus_per_worker:
+            raise ValueError("--ray-address and --gpus-per-worker need --engine ray")
+        from curate.engine.local import LocalEngine
+
+        return LocalEngine(workers=workers)
+    if name == "ray":
+        from curate.engine.ray_data import RayEngine
+
+        return RayEngine(ray_address, workers=workers or 1, gpus_per_worker=gpus_per_worker)
+    raise ValueError(f"--engine must be one of {', '.join(ENGINES)}, got {name!r}")
+
+
+def stage_model(spec: Any, root: Any, loader: Any, *, device: str = "auto", precision: str = "fp32") -> Any:
+    """The model a stage uses for ``spec``: lazy when its identity is recorded under ``root``
+    (:mod:`curate.engine.identity`), loaded now otherwise, with a :class:`ModelFactory` that
+    remote workers load it with (``model.factory``; None for random weights, which are
+    shipped by value)."""
+    from curate.engine.base import ModelFactory
+    from curate.engine.identity import LazyModel, lazy_model
+
+    model = lazy_model(spec.name, spec.pretrained, root, loader, overrides={"precision": precision})
+    factory = None
+    if spec.pretrained and getattr(model, "cache_safe", False):
+        factory = ModelFactory(spec.name, spec.pretrained, precision=precision, expected_model_id=model.model_id)
+    if isinstance(model, LazyModel):
+        model.factory = factory
+    else:
+        try:
+            model.factory = factory
+        except AttributeError:  # pragma: no cover - a model class with __slots__
+            pass
+    return model

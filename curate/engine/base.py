@@ -1,0 +1,167 @@
+"""The engine seam: one "map batches over samples" interface (``docs/design.md#engines``).
+
+An :class:`Engine` takes a dataset, the sample ids to encode and an :class:`EncodeJob` (which
+model, which output, the batch size) and yields one :class:`BatchOutput` per batch. Batches are
+always consecutive runs of ``batch_size`` ids in the order given, whatever the engine, so an
+fp32 CPU output is bit-identical on every engine (BLAS kernels round differently for different
+batch shapes, so the batches themselves must match). Writing the results (the feature cache)
+is the caller's job (:func:`curate.features.compute_features`), so every engine fills the same
+cache. Implementations: :class:`curate.engine.local.LocalEngine` (in-process, a torch
+``DataLoader``) and :class:`curate.engine.ray_data.RayEngine` (Ray Data: CPU decode tasks and
+a model actor pool). Another engine (Spark, Daft) implements :meth:`Engine.map_batches`.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["BatchOutput", "EncodeJob", "Engine", "ModelFactory", "encode_batch", "is_out_of_memory", "batches_of"]
+
+
+@dataclass
+class BatchOutput:
+    """One batch's result: outputs of the samples that succeeded, and the failures."""
+
+    sample_ids: list[str]
+    values: np.ndarray  # (n, D) float32, rows in ``sample_ids`` order
+    failed: dict[str, str] = field(default_factory=dict)  # sample id -> reason
+
+    @property
+    def count(self) -> int:
+        """Samples this batch accounts for (successes and failures)."""
+        return len(self.sample_ids) + len(self.failed)
+
+
+@dataclass(frozen=True)
+class ModelFactory:
+    """A picklable recipe that loads the model in a worker: ``load_model(name, pretrained)``.
+
+    ``expected_model_id`` guards against a worker whose files resolve to other weights.
+    """
+
+    name: str
+    pretrained: str | None
+    device: str = "cpu"
+    precision: str = "fp32"
+    expected_model_id: str | None = None
+
+    def __call__(self):
+        from curate.models import load_model
+
+        model = load_model(self.name, self.pretrained, device=self.device, precision=self.precision)
+        if self.expected_model_id and model.model_id != self.expected_model_id:
+            raise RuntimeError(f"a worker loaded {model.model_id} for {self.name}:{self.pretrained}, but the driver "
+                               f"has {self.expected_model_id}: the weights file differs on that node")
+        return model
+
+
+@dataclass(frozen=True)
+class _ShippedModel:
+    """A factory that carries an already loaded model by value (random weights, test models)."""
+
+    model: Any
+
+    def __call__(self):
+        return self.model
+
+
+@dataclass
+class EncodeJob:
+    """What to compute for every sample: ``kind`` outputs of a model, ``batch_size`` at a time.
+
+    ``model`` is the driver's model (possibly not loaded yet, see
+    :class:`curate.engine.identity.LazyModel`); ``factory`` loads it in a remote worker (None:
+    the driver's model is shipped by value).
+    """
+
+    model: Any
+    kind: str
+    batch_size: int = 256
+    factory: Callable[[], Any] | None = None
+
+    @classmethod
+    def for_model(cls, model: Any, kind: str, *, batch_size: int = 256) -> EncodeJob:
+        return cls(model=model, kind=kind, batch_size=batch_size, factory=getattr(model, "factory", None))
+
+    def remote_factory(self, device: str) -> Callable[[], Any]:
+        """The factory a remote worker calls (the model's recipe on ``device``, else the model itself)."""
+        if isinstance(self.factory, ModelFactory):
+            return ModelFactory(self.factory.name, self.factory.pretrained, device, self.factory.precision,
+                                self.factory.expected_model_id)
+        if self.factory is not None:
+            return self.factory
+        model = self.model.materialise() if hasattr(self.model, "materialise") else self.model
+        return _ShippedModel(model)
+
+
+class Engine(Protocol):
+    """Maps the model over batches of samples; see the module docstring."""
+
+    name: str
+
+    def map_batches(self, dataset: Any, sample_ids: Sequence[str], job: EncodeJob) -> Iterator[BatchOutput]:
+        """One :class:`BatchOutput` per batch of ``job.batch_size`` consecutive ``sample_ids``."""
+        ...
+
+
+def batches_of(sample_ids: Sequence[str], batch_size: int) -> list[list[str]]:
+    """The batches every engine uses: consecutive runs of ``batch_size`` ids."""
+    if batch_size < 1:
+        raise ValueError(f"batch size must be >= 1, got {batch_size}")
+    ids = list(sample_ids)
+    return [ids[i:i + batch_size] for i in range(0, len(ids), batch_size)]
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """A device (or host) out-of-memory error, after which a smaller batch may fit."""
+    import torch
+
+    if isinstance(error, (torch.OutOfMemoryError, MemoryError)):
+        return True
+    return isinstance(error, RuntimeError) and "out of memory" in str(error).lower()
+
+
+def _run_halving(run: Callable[[Any], Any], batch: Any) -> np.ndarray:
+    """``run(batch)``; on out-of-memory, the two halves separately (recursively), then joined."""
+    try:
+        return run(batch).float().cpu().numpy()
+    except Exception as error:
+        if not is_out_of_memory(error) or len(batch) <= 1:
+            raise
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        half = len(batch) // 2
+        logger.warning("out of memory on a batch of %d; retrying as %d + %d", len(batch), half, len(batch) - half)
+        return np.concatenate([_run_halving(run, batch[:half]), _run_halving(run, batch[half:])])
+
+
+def encode_batch(model: Any, kind: str, ids: Sequence[str], pixels: Any, errors: Sequence[str]) -> BatchOutput:
+    """Run ``model`` on the decoded rows of one batch (``errors[i]`` non-empty: decoding failed).
+
+    Outputs with NaN/inf become failures. The batch halves on out-of-memory.
+    """
+    import torch
+
+    from curate.features import model_output
+
+    failed = {ids[i]: e for i, e in enumerate(errors) if e}
+    good = [i for i, e in enumerate(errors) if not e]
+    if not good:
+        return BatchOutput([], np.zeros((0, 0), np.float32), failed)
+    batch = torch.as_tensor(pixels)
+    if len(good) < len(ids):
+        batch = batch[good]
+    values = _run_halving(lambda b: model_output(model, kind, b), batch)
+    finite = np.isfinite(values).all(axis=1)
+    for j in np.flatnonzero(~finite):
+        failed[ids[good[j]]] = "non-finite model output (NaN or inf)"
+    keep = np.flatnonzero(finite)
+    return BatchOutput([ids[good[j]] for j in keep], np.ascontiguousarray(values[keep], dtype=np.float32), failed)

@@ -1,0 +1,187 @@
+"""The Ray Data engine: same cache, predictions and metrics as the local engine; faults.
+
+One local Ray instance for the module (2 CPUs, dashboard off, 100 MB object store); the last
+test shuts it down and checks that no Ray process is left."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import torch
+from click.testing import CliRunner
+from eval_helpers import make_folder
+
+from curate.models import ModelSpec, load_model
+
+pytestmark = pytest.mark.slow
+
+ray = pytest.importorskip("ray")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    kill_flag = tmp_path_factory.mktemp("faults") / "kill-once"
+    os.environ["CURATE_TEST_KILL_WORKER_ONCE"] = str(kill_flag)  # inherited by the workers Ray starts
+    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024 * 1024, log_to_driver=False)
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the fault-injecting model below
+    yield kill_flag
+    if ray.is_initialized():
+        ray.shutdown()
+    os.environ.pop("CURATE_TEST_KILL_WORKER_ONCE", None)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory, cluster):
+    root = tmp_path_factory.mktemp("engine")
+    model = load_model("curate-tiny-vit", None, seed=0)
+    weights = root / "tiny-vit.pt"
+    torch.save({"state_dict": model.module.state_dict(), "curate": {"arch": "curate-tiny-vit"}}, weights)
+    ds = make_folder(root / "ds", per_class=4)
+    return ds, ModelSpec("curate-tiny-vit", str(weights))
+
+
+def _cache(ds, model):
+    from curate.features import FeatureCache
+
+    ids, values = FeatureCache(ds.root, model, "embedding").load()
+    return dict(zip(ids, values))
+
+
+def test_ray_engine_equals_the_local_engine_exactly(world, tmp_path) -> None:
+    """Through the CLI: features bit-identical, predictions and metrics identical."""
+    from curate.cli import main
+
+    ds, spec = world
+    runner = CliRunner()
+    base = ["evaluate", str(ds.root), "--model", spec.name, "--pretrained", spec.pretrained, "--bootstrap", "20",
+            "--batch-size", "8", "--device", "cpu"]
+    local = runner.invoke(main, [*base, "--run-name", "local"])
+    assert local.exit_code == 0, local.output
+    model = load_model(spec.name, spec.pretrained)
+    local_features = _cache(ds, model)
+    shutil.rmtree(ds.root / "features")
+    remote = runner.invoke(main, [*base, "--run-name", "ray", "--engine", "ray", "--workers", "2"])
+    assert remote.exit_code == 0, remote.output
+    ray_features = _cache(ds, model)
+    assert ray_features.keys() == local_features.keys() and len(ray_features) == len(ds.rows())
+    assert all(np.array_equal(ray_features[k], local_features[k]) for k in local_features)
+    runs = ds.root / "runs"
+    assert pq.read_table(runs / "ray" / "predictions.parquet").equals(pq.read_table(runs / "local" / "predictions.parquet"))
+    m_local = json.loads((runs / "local" / "metrics.json").read_text())
+    m_ray = json.loads((runs / "ray" / "metrics.json").read_text())
+    assert json.dumps(m_ray, sort_keys=True) == json.dumps(m_local, sort_keys=True)
+
+
+class OomAbove:
+    """A model factory whose model runs out of memory on batches larger than ``limit`` and logs
+    the batch sizes it ran (pickled by value into the Ray actors)."""
+
+    def __init__(self, spec, limit, log):
+        self.spec, self.limit, self.log = spec, limit, str(log)
+
+    def __call__(self):
+        model = load_model(self.spec.name, self.spec.pretrained)
+        encode, limit, log = model.encode_image, self.limit, self.log
+
+        def encode_image(batch, normalize=True, **kwargs):
+            with open(log, "a") as fh:
+                fh.write(f"{len(batch)}\n")
+            if len(batch) > limit:
+                raise torch.OutOfMemoryError("CUDA out of memory (injected)")
+            return encode(batch, normalize, **kwargs)
+
+        model.encode_image = encode_image
+        return model
+
+
+def test_killed_worker_and_oom_complete_without_duplicates(world, cluster, tmp_path) -> None:
+    """A worker killed mid-run is restarted by Ray and its batch retried; a batch that runs
+    out of memory is halved; every sample is cached exactly once, equal to the local result."""
+    from curate.engine import make_engine
+    from curate.features import FeatureCache, compute_features
+
+    ds, spec = world
+    ids = [r["sample_id"] for r in ds.rows()]
+    model = load_model(spec.name, spec.pretrained)
+    expected = compute_features(ds, model, ids, use_cache=False, batch_size=4).values
+    shutil.rmtree(FeatureCache(ds.root, model, "embedding").folder, ignore_errors=True)
+    cluster.write_text("kill")  # the first batch an actor sees kills it
+    log = tmp_path / "batches.txt"
+    feats = compute_features(ds, model, ids, batch_size=8, engine=make_engine("ray", workers=1),
+                             factory=OomAbove(spec, 4, log))
+    assert not cluster.exists(), "the fault was not triggered"
+    sizes = [int(x) for x in log.read_text().split()]
+    assert 8 in sizes and max(s for s in sizes if s <= 4) == 4  # tried 8, ran halves of 4
+    cached_ids, values = FeatureCache(ds.root, model, "embedding").load()
+    assert sorted(cached_ids) == sorted(ids) and len(set(cached_ids)) == len(cached_ids)
+    np.testing.assert_allclose(feats.values, expected, atol=1e-6)  # halves of 4 = the local batches of 4
+
+
+def test_an_interrupted_run_recomputes_only_what_is_missing(world) -> None:
+    from curate.engine import make_engine
+    from curate.features import FeatureCache, compute_features
+
+    ds, spec = world
+    ids = [r["sample_id"] for r in ds.rows()]
+    model = load_model(spec.name, spec.pretrained)
+    cache = FeatureCache(ds.root, model, "embedding")
+    shutil.rmtree(cache.folder, ignore_errors=True)
+
+    def stop(done, total):
+        raise KeyboardInterrupt("interrupted after the first batch")
+
+    with pytest.raises(KeyboardInterrupt):
+        compute_features(ds, model, ids, batch_size=8, shard_rows=8, engine=make_engine("ray"), progress=stop)
+    kept, _ = cache.load()
+    assert len(kept) == 8 and len(cache.shard_files()) == 1
+    again = compute_features(ds, model, ids, batch_size=8)  # the cache is the engine's, not Ray's: resume anywhere
+    assert again.computed == len(ids) - 8
+    cached_ids, _ = cache.load()
+    assert sorted(cached_ids) == sorted(ids) and not cache.shard_files()  # compacted, each id once
+
+
+def test_an_address_that_does_not_answer_fails_fast(world) -> None:
+    import socket
+
+    from curate.engine import make_engine
+    from curate.engine.session import RayUnavailableError
+    from curate.features import compute_features
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again below: nothing listens there
+    ds, spec = world
+    model = load_model(spec.name, spec.pretrained)
+    start = time.perf_counter()
+    with pytest.raises(RayUnavailableError, match=f"no Ray cluster answers at ray://127.0.0.1:{port}"):
+        compute_features(ds, model, [r["sample_id"] for r in ds.rows()], use_cache=False,
+                         engine=make_engine("ray", ray_address=f"ray://127.0.0.1:{port}"))
+    assert time.perf_counter() - start < 5
+    with pytest.raises(ValueError, match="need --engine ray"):
+        make_engine("local", ray_address="auto")
+
+
+def test_no_ray_process_is_left_after_shutdown(cluster) -> None:
+    import psutil
+
+    ray.shutdown()
+    deadline = time.time() + 15
+    while True:
+        alive = []
+        for proc in psutil.Process().children(recursive=True):
+            try:
+                if proc.status() != psutil.STATUS_ZOMBIE and ("ray" in proc.name().lower()
+                                                              or "ray::" in " ".join(proc.cmdline())):
+                    alive.append(proc.name())
+            except psutil.NoSuchProcess:
+                continue
+        if not alive or time.time() > deadline:
+            break
+        time.sleep(0.5)
+    assert alive == []
