@@ -7,7 +7,7 @@ import click
 from rich.table import Table
 
 from curate.cli import err, main, out, progress
-from curate.cli.options import batch_options, device_options, run_options
+from curate.cli.options import batch_options, device_options, engine_options, run_options
 from curate.formatting import num, pct, pct_ci
 
 
@@ -30,8 +30,10 @@ def _bar(bar, task):
 @click.option("--measure", is_flag=True, help="Write nothing; score against existing human/synthetic labels.")
 @device_options
 @batch_options(batch_size=256)
+@engine_options
 def label_backgrounds_cmd(directory: Path, model: str, pretrained: str | None, prompts_file: Path | None, threshold: float,
-                          measure: bool, device: str, precision: str, batch_size: int, workers: int | None) -> None:
+                          measure: bool, device: str, precision: str, batch_size: int, workers: int | None, engine: str,
+                          ray_address: str | None, gpus_per_worker: float) -> None:
     """CLIP background pre-labels for unlabelled samples (people's labels are never overwritten)."""
     from curate.models.spec import ModelSpec, parse_pretrained
     from curate.stages.label_backgrounds import (
@@ -40,7 +42,8 @@ def label_backgrounds_cmd(directory: Path, model: str, pretrained: str | None, p
     )
 
     settings = LabelBackgroundsSettings(prompts_file=prompts_file, threshold=threshold, measure=measure, device=device,
-                                        precision=precision, batch_size=batch_size, workers=workers)
+                                        precision=precision, batch_size=batch_size, workers=workers, engine=engine,
+                                        ray_address=ray_address, gpus_per_worker=gpus_per_worker)
     with progress() as bar:
         report = label_backgrounds(directory, ModelSpec(model, parse_pretrained(pretrained)), settings,
                                    progress=_bar(bar, bar.add_task("encoding images", total=None)))
@@ -146,11 +149,23 @@ def split_cmd(directory: Path, references: tuple[str, ...], pretrained: tuple[st
 @main.command("export")
 @click.argument("directory", type=click.Path(path_type=Path, exists=True, file_okay=False))
 @click.argument("out_dir", type=click.Path(path_type=Path))
-@click.option("--layout", type=click.Choice(["counteranimal"]), default="counteranimal", show_default=True)
+@click.option("--layout", type=click.Choice(["counteranimal", "webdataset"]), default="counteranimal", show_default=True)
+@click.option("--shard-size", type=click.IntRange(min=1), default=1000, show_default=True,
+              help="webdataset layout: samples per shard.")
 @click.option("--include-restricted-licenses", is_flag=True, help="Also export ND / all-rights-reserved / unlicensed images.")
 @click.option("--overwrite", is_flag=True)
-def export_cmd(directory: Path, out_dir: Path, layout: str, include_restricted_licenses: bool, overwrite: bool) -> None:
-    """Write the released folder layout (<class>/easy-<bg>/, <class>/hard-<bg>/, metadata.csv)."""
+def export_cmd(directory: Path, out_dir: Path, layout: str, shard_size: int, include_restricted_licenses: bool,
+               overwrite: bool) -> None:
+    """Write the released folder layout (<class>/easy-<bg>/, <class>/hard-<bg>/, metadata.csv), or
+    webdataset shards of every sample (--layout webdataset)."""
+    if layout == "webdataset":
+        from curate.export.webdataset import export_webdataset
+
+        shards = export_webdataset(directory, out_dir, shard_size=shard_size,
+                                   include_restricted=include_restricted_licenses, overwrite=overwrite)
+        out().print(f"wrote {shards.samples} samples in {len(shards.shards)} shard(s) to {shards.out}"
+                    + (f"; {shards.excluded_licence} left out for their licence" if shards.excluded_licence else ""))
+        return
     from curate.split.export import export_counteranimal
 
     report = export_counteranimal(directory, out_dir, include_restricted=include_restricted_licenses, overwrite=overwrite)

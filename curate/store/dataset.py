@@ -19,10 +19,17 @@ Write ordering (each step atomic, see curate.store.atomic; all under the folder'
 4. replaced mask files no longer referenced are deleted last.
 A writer killed at any instant leaves the last committed state (plus unreferenced files, which
 are harmless and which validation ignores).
+
+At a million rows (docs/design.md#dataset-folder): opening validates whole columns with arrow
+(see :mod:`curate.store.validate`), the sample_id -> row index is built only when a lookup needs
+it, an update reads and rewrites only the touched cells in memory (then one atomic rewrite of
+samples.parquet, about a second at a million rows), and an add appends chunks instead of
+copying the table. ``benchmarks/store.py`` measures it.
 """
 from __future__ import annotations
 
 import copy
+import datetime as dt
 import hashlib
 import json
 import logging
@@ -44,6 +51,7 @@ from PIL import Image
 
 from curate import __version__
 from curate.labels import LabelSpace, imagenet1k
+from curate.store import rowscan
 from curate.store import schema as S
 from curate.store.atomic import (
     DatasetError,
@@ -55,7 +63,7 @@ from curate.store.atomic import (
     fsync_dir,
     read_jsonl,
 )
-from curate.store.images import ImageRejected, MaskInput, prepare_image, prepare_mask
+from curate.store.images import QUARANTINE_REASONS, ImageRejected, MaskInput, prepare_image, prepare_mask
 from curate.store.records import AddReport, NewSample, iso_time, now_utc, to_plain, yaml_ready
 from curate.store.validate import (
     CHANGES_FILE,
@@ -109,6 +117,7 @@ class Dataset:
     def __init__(self, root: Path, config: dict[str, Any], table: pa.Table, *, lock_timeout: float = 10.0) -> None:
         self._root = Path(root).absolute()
         self._lock = DatasetLock(self._root, timeout=lock_timeout)
+        self._carry_files = False
         self._set_config(config)
         self._set_table(table, _stamp(self._root / SAMPLES_FILE))
 
@@ -215,6 +224,7 @@ class Dataset:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._root = Path(state["root"]).absolute()
         self._lock = DatasetLock(self._root, timeout=state["lock_timeout"])
+        self._carry_files = False
         self._set_config(state["config"])
         self._reload_table()
 
@@ -323,6 +333,13 @@ class Dataset:
         with Image.open(path) as img:
             return np.array(img, dtype=np.uint8)
 
+    def samples_files(self) -> list[Path]:
+        """The parquet files that hold the current rows (today one, ``samples.parquet``), for
+        engines that read the table themselves (Ray Data, DuckDB, Spark). Read them as they are:
+        a file is replaced whole on every commit, never changed in place, so a reader that opened
+        it sees one committed state; write only through this class."""
+        return [self._root / SAMPLES_FILE]
+
     def changes(self, sample_id: str | None = None) -> list[dict[str, Any]]:
         """The records of ``changes.jsonl`` (optionally for one sample), oldest first."""
         records, _ = read_jsonl(self._root / CHANGES_FILE)
@@ -363,6 +380,7 @@ class Dataset:
         quarantine_records: list[dict[str, Any]] = []
         with self._lock.hold("add_samples"):
             self._refresh_all()
+            self._carry_files = rowscan.files_unchanged(self._root, None)
             known_sha = dict(zip(self._table.column("sha256").to_pylist(), self._table.column("sample_id").to_pylist()))
             batch_sha: dict[str, int] = {}
             pending: list[dict[str, Any]] = []
@@ -418,6 +436,16 @@ class Dataset:
         log.info("%s: %s", self._root, report)
         return report
 
+    def quarantine_input(self, item: NewSample, code: str, detail: str, actor: str = "curate") -> None:
+        """Record an input that a collector refused before it reached :meth:`add_samples` (e.g. an
+        archive member whose metadata does not parse) in ``quarantine.jsonl``, with a copy of its
+        bytes, exactly as :meth:`add_samples` records the inputs it refuses. ``code`` is a key of
+        :data:`~curate.store.images.QUARANTINE_REASONS`."""
+        if code not in QUARANTINE_REASONS:
+            raise DatasetError(f"unknown quarantine reason {code!r} (known: {', '.join(QUARANTINE_REASONS)})")
+        with self._lock.hold("quarantine"):
+            self._append_quarantine([self._quarantine_record(item, 0, ImageRejected(code, detail), actor)])
+
     def update(
         self,
         sample_ids: Sequence[str] | str,
@@ -465,7 +493,10 @@ class Dataset:
                 raise DatasetError("update refused, nothing was changed:\n  " + "\n  ".join(errors[:_MAX_LISTED]))
             table, records, changed = self._apply(normalized, actor=actor, reason=reason)
             if records:
-                self._commit_table(table)
+                carry = rowscan.files_unchanged(self._root, None)
+                self._commit_table(table, self._index)  # same rows in the same order
+                if carry:  # no image was added or removed: the last presence check still holds
+                    rowscan.carry_forward(self._root)
                 append_jsonl(self._root / CHANGES_FILE, records)
         if changed:
             log.info("%s: %s changed %d sample(s), %d field value(s)%s", self._root, actor, changed, len(records),
@@ -515,7 +546,10 @@ class Dataset:
                 fields["mask_status"] = mask_status
             table, records, _ = self._apply({sample_id: fields}, actor=actor, reason=reason)
             if records:
-                self._commit_table(table)
+                carry = rowscan.files_unchanged(self._root, None)
+                self._commit_table(table, self._index)
+                if carry:
+                    rowscan.carry_forward(self._root)
                 append_jsonl(self._root / CHANGES_FILE, records)
                 if old_rel is not None and old_rel != new_rel:
                     try:
@@ -565,10 +599,21 @@ class Dataset:
                 raise DatasetError(f"{self._root / CONFIG_FILE} was damaged; check_dataset() says what is wrong")
             self._set_config(config)
 
-    def _set_table(self, table: pa.Table, stamp: tuple[int, int, int] | None) -> None:
+    def _set_table(self, table: pa.Table, stamp: tuple[int, int, int] | None,
+                   index: dict[str, int] | None = None) -> None:
+        """Cache ``table`` (read at ``stamp``); ``index`` is its sample_id -> row dict when the
+        caller has it already, else it is built on first use (0.4 s at a million rows, which
+        opening and selecting need not pay)."""
         self._table = table
         self._table_stamp = stamp
-        self._index = {sid: i for i, sid in enumerate(table.column("sample_id").to_pylist())}
+        self._index_cache = index
+
+    @property
+    def _index(self) -> dict[str, int]:
+        """sample_id -> row of the cached table, built lazily."""
+        if self._index_cache is None:
+            self._index_cache = {sid: i for i, sid in enumerate(self._table.column("sample_id").to_pylist())}
+        return self._index_cache
 
     def _reload_table(self) -> None:
         path = self._root / SAMPLES_FILE
@@ -619,18 +664,22 @@ class Dataset:
     # ------------------------------------------------------------------ internals: writing
     @staticmethod
     def _write_table_file(root: Path, table: pa.Table) -> None:
+        """samples.parquet, atomically, with :data:`~curate.store.schema.PARQUET_OPTIONS` (zstd,
+        dictionaries only for the low-cardinality columns: at a million rows this writes in about
+        1 s and reads in about 0.3 s; see benchmarks/store.py)."""
         table = table.replace_schema_metadata(S.SCHEMA.metadata)
-        atomic_write(root, root / SAMPLES_FILE, lambda handle: pq.write_table(table, handle))
+        atomic_write(root, root / SAMPLES_FILE, lambda handle: pq.write_table(table, handle, **S.PARQUET_OPTIONS))
 
     @staticmethod
     def _write_config_file(root: Path, config: dict[str, Any]) -> None:
         text = yaml.safe_dump(config, sort_keys=False, allow_unicode=True, default_flow_style=None, width=100)
         atomic_write_bytes(root, root / CONFIG_FILE, text.encode("utf-8"))
 
-    def _commit_table(self, table: pa.Table) -> None:
-        """The commit point: replace samples.parquet atomically, then refresh the cache."""
+    def _commit_table(self, table: pa.Table, index: dict[str, int] | None = None) -> None:
+        """The commit point: replace samples.parquet atomically, then refresh the cache
+        (``index``: the new table's sample_id -> row, when the caller kept it up to date)."""
         self._write_table_file(self._root, table)
-        self._set_table(table, _stamp(self._root / SAMPLES_FILE))
+        self._set_table(table, _stamp(self._root / SAMPLES_FILE), index)
 
     def _store_media(self, rel: str, data: bytes, new_files: list[Path], new_dirs: set[Path]) -> None:
         target = self._root / rel
@@ -646,7 +695,17 @@ class Dataset:
                          actor: str, report: AddReport) -> None:
         durability_barrier(self._root, new_files, new_dirs)  # files durable before rows point at them
         new = pa.Table.from_pylist(rows, schema=S.SCHEMA)
-        self._commit_table(pa.concat_tables([self._table, new]).combine_chunks())
+        combined = pa.concat_tables([self._table, new])
+        if combined.column(0).num_chunks > 64:  # appending keeps chunks; merge them now and then
+            combined = combined.combine_chunks()
+        index = None
+        if self._index_cache is not None:
+            index = dict(self._index_cache)
+            start = self._table.num_rows
+            index.update((r["sample_id"], start + i) for i, r in enumerate(rows))
+        self._commit_table(combined, index)
+        if self._carry_files:  # the presence record held when this add began
+            rowscan.carry_forward(self._root, {r["filepath"].rsplit("/", 1)[0] for r in rows})
         now = iso_time()
         append_jsonl(self._root / CHANGES_FILE, (
             {"time": now, "actor": actor, "op": "add", "sample_id": r["sample_id"], "field": None,
@@ -669,6 +728,8 @@ class Dataset:
             extra_text = json.dumps(to_plain(extra), sort_keys=True, ensure_ascii=False, allow_nan=False)
         except (TypeError, ValueError) as exc:
             raise ImageRejected("bad_value", f"extra is not JSON-serialisable: {exc}") from None
+        if item.added_at is not None and (not isinstance(item.added_at, dt.datetime) or item.added_at.tzinfo is None):
+            raise ImageRejected("bad_value", f"added_at must be a timezone-aware datetime, got {item.added_at!r}")
         tags = to_plain(list(item.tags or []))
         score = to_plain(item.background_score)
         if isinstance(score, (int, float)) and not isinstance(score, bool):
@@ -692,7 +753,8 @@ class Dataset:
         row.update(
             sample_id=S.sample_id_for(prepared.sha256),
             filepath=S.media_relpath(prepared.sha256, prepared.ext),
-            sha256=prepared.sha256, width=prepared.width, height=prepared.height, added_at=now_utc(),
+            sha256=prepared.sha256, width=prepared.width, height=prepared.height,
+            added_at=item.added_at or now_utc(),
         )
         return row, prepared
 
@@ -786,17 +848,18 @@ class Dataset:
         records: list[dict[str, Any]] = []
         changed_ids: set[str] = set()
         for column in columns:
-            values = table.column(column).to_pylist()
-            touched = False
-            for sid, fields in plan.items():
-                if column not in fields:
-                    continue
-                index = self._index[sid]
-                old, new = values[index], fields[column]
+            targets = [(self._index[sid], sid, fields[column]) for sid, fields in plan.items() if column in fields]
+            targets.sort(key=lambda t: t[0])
+            positions = [t[0] for t in targets]
+            # only the touched cells are read into Python (a whole column of a million rows is not)
+            olds = table.column(column).take(pa.array(positions, type=pa.int64())).to_pylist()
+            changed_at: list[int] = []
+            new_values: list[Any] = []
+            for (index, sid, new), old in zip(targets, olds):
                 if old == new:
                     continue
-                values[index] = new
-                touched = True
+                changed_at.append(index)
+                new_values.append(new)
                 changed_ids.add(sid)
                 records.append({
                     "time": now, "actor": actor, "op": "update", "sample_id": sid, "field": column,
@@ -804,10 +867,22 @@ class Dataset:
                     "new": json.loads(new) if column == "extra" and new else new,
                     "reason": reason,
                 })
-            if touched:
+            if changed_at:
+                field = S.SCHEMA.field(column)
                 position = table.schema.get_field_index(column)
-                table = table.set_column(position, S.SCHEMA.field(column), pa.array(values, type=S.SCHEMA.field(column).type))
+                table = table.set_column(position, field, _scatter(table.column(column), changed_at, new_values, field.type))
         return table, records, len(changed_ids)
+
+
+def _scatter(column: pa.ChunkedArray, positions: list[int], values: list[Any], type_: pa.DataType) -> pa.Array:
+    """``column`` with ``values`` written at the (sorted) row ``positions``: the replacements are
+    appended and one ``take`` picks, per row, the old value or its replacement (works for every
+    arrow type, lists included, unlike ``pc.replace_with_mask``)."""
+    n = len(column)
+    pick = np.arange(n, dtype=np.int64)
+    pick[np.asarray(positions, dtype=np.int64)] = np.arange(n, n + len(positions), dtype=np.int64)
+    merged = pa.chunked_array(list(column.chunks) + [pa.array(values, type=type_)], type=type_)
+    return merged.take(pa.array(pick)).combine_chunks()
 
 
 def _str_or_none(value: Any) -> str | None:

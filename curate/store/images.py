@@ -58,6 +58,7 @@ QUARANTINE_REASONS: dict[str, str] = {
     "bad_class": "the class index/name is not in the dataset's label space",
     "bad_value": "a field value the schema does not allow (status, background, group, ...)",
     "id_collision": "a different image already has the same 16-hex-digit sample_id",
+    "bad_member": "an archive member that cannot be used (unreadable, unsafe name, bad JSON, no image)",
 }
 
 #: Source formats whose RGB 8-bit upright files are stored unchanged, with their extension.

@@ -42,9 +42,18 @@ class NewSample:
     tags: list[str] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
     reject_reason: str | None = None
+    #: How reports and ``quarantine.jsonl`` name this input when its image is not a path (e.g.
+    #: ``shard-000003.tar:abc.jpg`` for a webdataset member); not stored in the row.
+    origin: str | None = None
+    #: When the sample was first added somewhere (a re-import keeps it, e.g. from a curate
+    #: webdataset export); None = now. Must be timezone-aware.
+    added_at: dt.datetime | None = None
 
     def describe(self, position: int) -> str:
-        """How reports name this input: its path, else source id / url, else its position."""
+        """How reports name this input: ``origin``, else its path, else source id / url, else
+        its position."""
+        if self.origin:
+            return self.origin
         if isinstance(self.image, (str, Path)):
             return str(self.image)
         if self.source_id:

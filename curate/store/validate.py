@@ -22,20 +22,33 @@ Checks (severity error unless noted):
 - ``changes.jsonl`` / ``quarantine.jsonl``: lines that do not parse (a torn last line after a
   crash) are warnings.
 Rows are numbered from 0, in file order (as ``pyarrow.Table`` indexes them).
+
+How (docs/design.md#dataset-folder, "At a million rows"): the value checks run first over whole
+columns (:func:`curate.store.rowscan.suspect_rows`), and only the rows they flag go through the
+row-by-row checks that word each problem, so the problems found are the same as checking every
+row by hand (tests/test_store_scale.py compares the two). Image presence for the other rows is
+answered by directory listings, skipped when neither samples.parquet nor any media folder
+changed since the last complete check (:func:`curate.store.rowscan.files_unchanged`). Mask
+presence and mask sizes are checked on every open (a PNG header read per mask).
 """
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import yaml
 
 from curate.labels import LabelSpace
+from curate.store import rowscan
 from curate.store import schema as S
 from curate.store.atomic import read_jsonl
 from curate.store.images import image_size
@@ -90,8 +103,9 @@ class Inspection:
 
 
 def check_dataset(root: str | Path, *, deep: bool = False) -> list[ValidationProblem]:
-    """Every problem of the dataset folder at ``root`` (empty list = valid). See module docstring."""
-    return inspect_dataset(root, deep=deep).problems
+    """Every problem of the dataset folder at ``root`` (empty list = valid). See module docstring.
+    Unlike :meth:`Dataset.open` it always lists the media folders (no cached presence check)."""
+    return inspect_dataset(root, deep=deep, cached_files=False).problems
 
 
 def safe_relpath(value: Any, folder: str) -> str | None:
@@ -212,8 +226,12 @@ def _load_table(root: Path, out: Inspection) -> tuple[pa.Table | None, set[str]]
     return table, usable
 
 
-def inspect_dataset(root: str | Path, *, deep: bool = False) -> Inspection:
-    """Read and check a dataset folder; the problems and, where readable, config and table."""
+def inspect_dataset(root: str | Path, *, deep: bool = False, cached_files: bool = True) -> Inspection:
+    """Read and check a dataset folder; the problems and, where readable, config and table.
+    ``cached_files=False`` lists the media folders even when the last complete check still holds
+    and reads the logs whole; with True (what :meth:`Dataset.open` uses) only the logs' last
+    lines are read (a torn write can only leave its line last; millions of log lines would
+    otherwise cost seconds on every open)."""
     root = Path(root)
     out = Inspection(root=root)
     if not root.is_dir():
@@ -222,7 +240,7 @@ def inspect_dataset(root: str | Path, *, deep: bool = False) -> Inspection:
     _load_config(root, out)
     table, usable = _load_table(root, out)
     if table is not None:
-        _check_rows(root, table, usable, out, deep=deep)
+        _check_rows(root, table, usable, out, deep=deep, cached_files=cached_files)
         if usable == set(S.COLUMN_NAMES) and len(table.column_names) == len(S.COLUMN_NAMES):
             try:
                 out.table = table.select(list(S.COLUMN_NAMES)).cast(S.SCHEMA)
@@ -230,6 +248,13 @@ def inspect_dataset(root: str | Path, *, deep: bool = False) -> Inspection:
                 out.problems.append(ValidationProblem(
                     None, None, None, f"{SAMPLES_FILE} does not cast to the schema: {exc}"))
     for name in (CHANGES_FILE, QUARANTINE_FILE):
+        if cached_files:
+            torn = _torn_tail(root / name)
+            if torn:
+                out.problems.append(ValidationProblem(
+                    None, None, None, f"{name}: the last line is {torn} (a torn write?); it is skipped",
+                    severity="warning"))
+            continue
         _, bad = read_jsonl(root / name)
         for number, error in bad:
             out.problems.append(ValidationProblem(
@@ -238,24 +263,84 @@ def inspect_dataset(root: str | Path, *, deep: bool = False) -> Inspection:
     return out
 
 
-def _check_rows(root: Path, table: pa.Table, usable: set[str], out: Inspection, *, deep: bool) -> None:
-    problems = out.problems
+def _torn_tail(path: Path) -> str | None:
+    """What is wrong with a log's last line (not newline-terminated and not JSON), or None."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, 2)
+            size = handle.tell()
+            handle.seek(max(0, size - 65536))
+            tail = handle.read()
+    except OSError:
+        return None
+    if not tail or tail.endswith(b"\n"):
+        return None
+    last = tail.rsplit(b"\n", 1)[-1]
+    try:
+        json.loads(last.decode("utf-8", "replace"))
+    except ValueError as exc:
+        return f"not JSON ({exc})"
+    return None
+
+
+def _check_rows(root: Path, table: pa.Table, usable: set[str], out: Inspection, *, deep: bool,
+                cached_files: bool = True) -> None:
+    """Every per-row problem, in row order: :func:`~curate.store.rowscan.suspect_rows` picks the
+    rows that need the exact checks (all rows when ``deep``); the others only need their files
+    to be present, which directory listings answer (see :mod:`curate.store.rowscan`)."""
     vocab = S.Vocabulary(out.label_space, out.backgrounds)
-    cols = {name: table.column(name).to_pylist() for name in usable}
     n = table.num_rows
-    ids = cols.get("sample_id", [None] * n)
+    if n == 0:
+        return
+    suspect = np.ones(n, dtype=bool) if deep else rowscan.suspect_rows(table, usable, vocab)
+    found: list[ValidationProblem] = []
+    _check_suspect_rows(root, table, usable, out, np.flatnonzero(suspect), found, deep=deep)
+    if not deep:
+        _check_plain_files(root, table, usable, ~suspect, found, cached_files=cached_files)
+    found.sort(key=lambda p: p.row if p.row is not None else -1)
+    out.problems.extend(found)
+
+
+def _first_rows(column: pa.ChunkedArray, values: set[str]) -> dict[str, int]:
+    """value -> the first row holding it, for the given (duplicated) values."""
+    if not values:
+        return {}
+    hits = np.flatnonzero(rowscan._np(pc.is_in(column, value_set=pa.array(sorted(values), type=pa.string()))))
+    first: dict[str, int] = {}
+    for row, value in zip(hits.tolist(), column.take(pa.array(hits)).to_pylist()):
+        first.setdefault(value, row)
+    return first
+
+
+def _check_suspect_rows(root: Path, table: pa.Table, usable: set[str], out: Inspection, rows: np.ndarray,
+                        found: list[ValidationProblem], *, deep: bool) -> None:
+    """The exact per-row checks (the wording of every row problem) on ``rows`` only."""
+    if len(rows) == 0:
+        return
+    vocab = S.Vocabulary(out.label_space, out.backgrounds)
     first_id: dict[str, int] = {}
     first_sha: dict[str, int] = {}
+    if "sample_id" in usable:
+        sids = table.column("sample_id")
+        nonempty = rowscan._np(pc.greater(pc.utf8_length(sids), 0))
+        first_id = _first_rows(sids, rowscan.duplicated_values(sids, nonempty))
+    if "sha256" in usable:
+        shas = table.column("sha256")
+        good = rowscan._np(pc.match_substring_regex(shas, rowscan.SHA_PATTERN))
+        first_sha = _first_rows(shas, rowscan.duplicated_values(shas, good))
+    subset = table.select(sorted(usable)).take(pa.array(rows))
+    sub = {name: subset.column(name).to_pylist() for name in usable}
+    cols: dict[str, _RowView] = {name: _RowView(rows, values) for name, values in sub.items()}
+    ids = sub.get("sample_id")
 
     def add(row: int, column: str | None, message: str) -> None:
-        sid = ids[row] if isinstance(ids[row], str) else None
-        problems.append(ValidationProblem(row, sid, column, message))
+        sid = cols["sample_id"][row] if ids is not None else None
+        found.append(ValidationProblem(row, sid if isinstance(sid, str) else None, column, message))
 
     ordered = [name for name in S.COLUMN_NAMES if name in usable]
-    for row in range(n):
+    for row in rows.tolist():
         for name in ordered:
-            value = cols[name][row]
-            message = S.check_value(name, value, vocab)
+            message = S.check_value(name, cols[name][row], vocab)
             if message:
                 add(row, name, message)
         sid = cols["sample_id"][row] if "sample_id" in cols else None
@@ -265,18 +350,14 @@ def _check_rows(root: Path, table: pa.Table, usable: set[str], out: Inspection, 
                 add(row, "sample_id", f"sample_id {sid!r} is not 16-64 lowercase hex digits")
             elif isinstance(sha, str) and not sha.startswith(sid):
                 add(row, "sample_id", f"sample_id {sid} is not the start of its sha256 {sha[:16]}…")
-            if sid in first_id:
+            if first_id.get(sid, row) != row:
                 add(row, "sample_id", f"duplicate sample_id {sid} (first at row {first_id[sid]})")
-            else:
-                first_id[sid] = row
         if isinstance(sha, str) and sha:
             if not S.is_hex(sha, 64):
                 add(row, "sha256", f"sha256 {sha!r} is not 64 lowercase hex digits")
-            elif sha in first_sha:
+            elif first_sha.get(sha, row) != row:
                 if not (isinstance(sid, str) and first_id.get(sid, row) != row):  # not already reported
                     add(row, "sha256", f"same image content (sha256) as row {first_sha[sha]}")
-            else:
-                first_sha[sha] = row
         _check_files(root, row, cols, add, deep)
         if "class_index" in cols and "class_name" in cols and out.label_space is not None:
             index, name = cols["class_index"][row], cols["class_name"][row]
@@ -288,7 +369,67 @@ def _check_rows(root: Path, table: pa.Table, usable: set[str], out: Inspection, 
                     add(row, "class_name", f"class_name {name!r} is not the name of class {index} ({expected!r})")
 
 
-def _check_files(root: Path, row: int, cols: dict[str, list], add, deep: bool) -> None:
+class _RowView:
+    """A column's values for some rows, indexed by the global row number."""
+
+    def __init__(self, rows: np.ndarray, values: list) -> None:
+        self._at = dict(zip(rows.tolist(), values))
+
+    def __getitem__(self, row: int):
+        return self._at[row]
+
+
+def _check_plain_files(root: Path, table: pa.Table, usable: set[str], keep: np.ndarray,
+                       found: list[ValidationProblem], *, cached_files: bool = True) -> None:
+    """Files of the rows whose paths are in canonical form (not suspect): every image present,
+    every mask present and of its image's size (a mask's PNG header is read; ~10 µs a mask)."""
+    if not keep.any() or "filepath" not in usable:
+        return
+    rows = np.flatnonzero(keep)
+    picked = table if len(rows) == table.num_rows else table.take(pa.array(rows))
+    ids = picked.column("sample_id") if "sample_id" in usable else None
+
+    def add(position: int, column: str, message: str) -> None:
+        sid = ids[position].as_py() if ids is not None else None
+        found.append(ValidationProblem(int(rows[position]), sid, column, message))
+
+    paths = picked.column("filepath")
+    folders = sorted(set(pc.unique(pc.utf8_slice_codeunits(paths, 0, 8)).to_pylist()))
+    if not (cached_files and rowscan.files_unchanged(root, folders)):
+        state = rowscan.folder_stamps_before_listing(root, folders)
+        present = rowscan.listed_files(root, folders)
+        missing = np.flatnonzero(~rowscan._np(pc.is_in(paths, value_set=pa.array(list(present), type=pa.string()))))
+        for position in missing.tolist():
+            add(position, "filepath", f"image file {paths[position].as_py()} is missing")
+        if len(missing) == 0 and keep.all():
+            rowscan.remember_files_present(root, state)
+    if "mask_path" not in usable:
+        return
+    masks = picked.column("mask_path")
+    with_mask = np.flatnonzero(rowscan._np(pc.is_valid(masks)))
+    if len(with_mask) == 0:
+        return
+    mask_files = rowscan.listed_files(root, [MASKS_DIR])
+    widths = picked.column("width").to_pylist() if "width" in usable else None
+    heights = picked.column("height").to_pylist() if "height" in usable else None
+    for position in with_mask.tolist():
+        rel = masks[position].as_py()
+        if rel not in mask_files:
+            add(position, "mask_path", f"mask file {rel} is missing")
+            continue
+        try:
+            actual = rowscan.png_size(root / rel) or image_size(root / rel)
+        except Exception as exc:  # noqa: BLE001
+            add(position, "mask_path", f"mask file {rel} does not read as an image: {exc}")
+            continue
+        if widths is not None and heights is not None:
+            size = (widths[position], heights[position])
+            if isinstance(size[0], int) and isinstance(size[1], int) and actual != size:
+                add(position, "mask_path", f"mask {rel} is {actual[0]}x{actual[1]} but the image is "
+                                           f"{size[0]}x{size[1]}")
+
+
+def _check_files(root: Path, row: int, cols: Mapping[str, Any], add, deep: bool) -> None:
     """Image and mask files of one row: safe paths, present, sizes (and hashes when deep)."""
 
     def cell(name: str) -> Any:
