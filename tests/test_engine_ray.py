@@ -78,6 +78,40 @@ def test_ray_engine_equals_the_local_engine_exactly(world, tmp_path) -> None:
     assert json.dumps(m_ray, sort_keys=True) == json.dumps(m_local, sort_keys=True)
 
 
+def test_label_backgrounds_on_ray_equals_local(world, tmp_path) -> None:
+    """Through the CLI: the pre-labels and their probabilities are identical on both engines."""
+    from PIL import Image
+
+    from curate.cli import main
+    from curate.store import Dataset, NewSample
+
+    _, spec = world
+    ds = Dataset.create(tmp_path / "bg", backgrounds=["snow", "grass", "water"])
+    rng = np.random.default_rng(1)
+    ds.add_samples([NewSample(image=Image.fromarray(rng.integers(0, 255, (16, 16, 3), dtype=np.uint8)),
+                              class_index=c, status="accepted") for c in (1, 2, 3) for _ in range(3)])
+    runner = CliRunner()
+    base = ["label-backgrounds", str(ds.root), "--model", spec.name, "--pretrained", spec.pretrained,
+            "--batch-size", "4", "--device", "cpu", "--threshold", "0.9"]
+
+    def labels():
+        return {r["sample_id"]: (r["background"], r["background_score"], r["background_source"], tuple(r["tags"] or ()))
+                for r in Dataset.open(ds.root).rows()}
+
+    local = runner.invoke(main, base)
+    assert local.exit_code == 0, local.output
+    by_local = labels()
+    shutil.rmtree(ds.root / "features")  # nothing cached: Ray encodes every image again
+    remote = runner.invoke(main, [*base, "--engine", "ray", "--workers", "1"])
+    assert remote.exit_code == 0, remote.output
+    assert "labelled 9 sample(s)" in remote.output
+    by_ray = labels()
+    assert len(by_ray) == 9 and all(v[2] == "model" for v in by_ray.values())
+    assert by_ray == by_local  # exact: same batches of 4, fp32 on CPU
+    bad = runner.invoke(main, [*base, "--ray-address", "auto"])
+    assert bad.exit_code != 0 and "need --engine ray" in bad.output
+
+
 class OomAbove:
     """A model factory whose model runs out of memory on batches larger than ``limit`` and logs
     the batch sizes it ran (pickled by value into the Ray actors)."""
@@ -100,9 +134,12 @@ class OomAbove:
         return model
 
 
-def test_killed_worker_and_oom_complete_without_duplicates(world, cluster, tmp_path) -> None:
-    """A worker killed mid-run is restarted by Ray and its batch retried; a batch that runs
-    out of memory is halved; every sample is cached exactly once, equal to the local result."""
+def test_killed_worker_oom_and_interrupt_resume_without_duplicates(world, cluster, tmp_path) -> None:
+    """One Ray run with three faults: the first batch kills its actor (Ray restarts it and retries
+    the batch), the retried batch of 8 runs out of memory (it is halved), and the run is
+    interrupted after that first batch (its shard is kept). The rerun computes only the missing
+    samples (on the local engine: the cache is the engine's, not Ray's); every sample is cached
+    exactly once, equal to the local result."""
     from curate.engine import make_engine
     from curate.features import FeatureCache, compute_features
 
@@ -110,40 +147,28 @@ def test_killed_worker_and_oom_complete_without_duplicates(world, cluster, tmp_p
     ids = [r["sample_id"] for r in ds.rows()]
     model = load_model(spec.name, spec.pretrained)
     expected = compute_features(ds, model, ids, use_cache=False, batch_size=4).values
-    shutil.rmtree(FeatureCache(ds.root, model, "embedding").folder, ignore_errors=True)
-    cluster.write_text("kill")  # the first batch an actor sees kills it
-    log = tmp_path / "batches.txt"
-    feats = compute_features(ds, model, ids, batch_size=8, engine=make_engine("ray", workers=1),
-                             factory=OomAbove(spec, 4, log))
-    assert not cluster.exists(), "the fault was not triggered"
-    sizes = [int(x) for x in log.read_text().split()]
-    assert 8 in sizes and max(s for s in sizes if s <= 4) == 4  # tried 8, ran halves of 4
-    cached_ids, values = FeatureCache(ds.root, model, "embedding").load()
-    assert sorted(cached_ids) == sorted(ids) and len(set(cached_ids)) == len(cached_ids)
-    np.testing.assert_allclose(feats.values, expected, atol=1e-6)  # halves of 4 = the local batches of 4
-
-
-def test_an_interrupted_run_recomputes_only_what_is_missing(world) -> None:
-    from curate.engine import make_engine
-    from curate.features import FeatureCache, compute_features
-
-    ds, spec = world
-    ids = [r["sample_id"] for r in ds.rows()]
-    model = load_model(spec.name, spec.pretrained)
     cache = FeatureCache(ds.root, model, "embedding")
     shutil.rmtree(cache.folder, ignore_errors=True)
+    cluster.write_text("kill")  # the first batch an actor sees kills it
+    log = tmp_path / "batches.txt"
 
     def stop(done, total):
         raise KeyboardInterrupt("interrupted after the first batch")
 
     with pytest.raises(KeyboardInterrupt):
-        compute_features(ds, model, ids, batch_size=8, shard_rows=8, engine=make_engine("ray"), progress=stop)
+        compute_features(ds, model, ids, batch_size=8, shard_rows=8, engine=make_engine("ray", workers=1),
+                         factory=OomAbove(spec, 4, log), progress=stop)
+    assert not cluster.exists(), "the fault was not triggered"
+    sizes = [int(x) for x in log.read_text().split()]
+    assert 8 in sizes and max(s for s in sizes if s <= 4) == 4  # tried 8, ran halves of 4
     kept, _ = cache.load()
     assert len(kept) == 8 and len(cache.shard_files()) == 1
-    again = compute_features(ds, model, ids, batch_size=8)  # the cache is the engine's, not Ray's: resume anywhere
+    again = compute_features(ds, model, ids, batch_size=8)
     assert again.computed == len(ids) - 8
     cached_ids, _ = cache.load()
-    assert sorted(cached_ids) == sorted(ids) and not cache.shard_files()  # compacted, each id once
+    assert sorted(cached_ids) == sorted(ids) and len(set(cached_ids)) == len(cached_ids)
+    assert not cache.shard_files()  # compacted, each id once
+    np.testing.assert_allclose(again.values, expected, atol=1e-6)  # halves of 4 = the local batches of 4
 
 
 def test_an_address_that_does_not_answer_fails_fast(world) -> None:

@@ -88,12 +88,17 @@ def _text_weights(model, class_names: Sequence[str], vocabulary: Sequence[str], 
 
 
 def predict_backgrounds(ds, model, rows: Sequence[dict], vocabulary: Sequence[str], prompts: BackgroundPrompts,
-                        *, batch_size: int = 256, workers: int | None = None, progress=None):
-    """(sample ids, probabilities (N, B), failures) for ``rows`` (each needs a class)."""
+                        *, batch_size: int = 256, workers: int | None = None, progress=None, engine=None,
+                        factory=None):
+    """(sample ids, probabilities (N, B), failures) for ``rows`` (each needs a class).
+
+    Image embeddings fill the feature cache through ``engine`` (:mod:`curate.engine`; default
+    in-process; ``factory`` is how a remote worker loads the model), then the prediction runs here.
+    """
     from curate.features import compute_features
 
     feats = compute_features(ds, model, [r["sample_id"] for r in rows], kind="embedding", batch_size=batch_size,
-                             workers=workers, progress=progress)
+                             workers=workers, progress=progress, engine=engine, factory=factory)
     by_id = {r["sample_id"]: r for r in rows}
     present = sorted({int(by_id[s]["class_index"]) for s in feats.sample_ids})
     weights = _text_weights(model, [ds.label_space.names[c] for c in present], vocabulary, prompts)

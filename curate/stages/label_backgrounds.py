@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from curate.engine import make_engine
 from curate.progress import Progress, phase
 from curate.split.backgrounds import (
     PROTECTED_SOURCES,
@@ -42,7 +43,10 @@ class LabelBackgroundsSettings:
     device: str = "auto"
     precision: str = "fp32"
     batch_size: int = 256
-    workers: int | None = None
+    workers: int | None = None  # local: decoding processes; ray: model actors (curate.engine)
+    engine: str = "local"  # local | ray: where images are encoded (same cache and labels either way)
+    ray_address: str | None = None  # None: a local Ray instance for the run; auto | ray://HOST:PORT
+    gpus_per_worker: float = 0.0
 
 
 def label_backgrounds(
@@ -65,11 +69,15 @@ def label_backgrounds(
     if not 0.0 <= settings.threshold <= 1.0:
         raise ValueError(f"--threshold must be in [0, 1], got {settings.threshold}")
     check_device(settings.device)
+    engine = make_engine(settings.engine, workers=settings.workers, ray_address=settings.ray_address,
+                         gpus_per_worker=settings.gpus_per_worker)  # a bad engine choice fails before any work
     ds = open_dataset(dataset)
     prompts = load_background_prompts(settings.prompts_file)
     loaded = load_spec(model, device=settings.device, precision=settings.precision)
     if loaded.kind != "clip":
         raise ValueError(f"background pre-labels need a CLIP (text prompts); {loaded.model_id} is a {loaded.kind}")
+    encode = {"batch_size": settings.batch_size, "workers": settings.workers, "engine": engine,
+              "factory": _factory(model, loaded, settings)}
     rows = [r for r in ds.rows() if r["class_index"] is not None and r["status"] != "rejected"]
     encoding = phase(progress, "encoding images")
     if settings.measure:
@@ -77,8 +85,7 @@ def label_backgrounds(
         if not target:
             raise ValueError("nothing to measure against: no sample has a human or synthetic background label")
         present = sorted({r["background"] for r in target})
-        ids, probs, failed = predict_backgrounds(ds, loaded, target, present, prompts, batch_size=settings.batch_size,
-                                                 workers=settings.workers, progress=encoding)
+        ids, probs, failed = predict_backgrounds(ds, loaded, target, present, prompts, progress=encoding, **encode)
         report = measure_agreement(ids, probs, present, {r["sample_id"]: r["background"] for r in target})
         report.failed = failed
         return report
@@ -89,8 +96,7 @@ def label_backgrounds(
                                    and r["background_source"] in PROTECTED_SOURCES)
     if not target:
         return report
-    ids, probs, failed = predict_backgrounds(ds, loaded, target, vocabulary, prompts, batch_size=settings.batch_size,
-                                             workers=settings.workers, progress=encoding)
+    ids, probs, failed = predict_backgrounds(ds, loaded, target, vocabulary, prompts, progress=encoding, **encode)
     report.failed = failed
     per_sample, report.low_confidence = pre_label_updates(ids, probs, vocabulary, {r["sample_id"]: r for r in target},
                                                           settings.threshold)
@@ -102,3 +108,18 @@ def label_backgrounds(
                                                "threshold": settings.threshold, "labelled": report.labelled,
                                                "low_confidence": report.low_confidence})
     return report
+
+
+def _factory(model: Any, loaded: Any, settings: LabelBackgroundsSettings) -> Any:
+    """How a remote engine's workers load the model: by name and weights (checked against the
+    driver's model id) when it was named by a :class:`ModelSpec` with cache-safe weights; None
+    otherwise (the loaded model is shipped by value; ``docs/design.md#engines``)."""
+    from curate.engine.base import ModelFactory
+    from curate.models.spec import ModelSpec
+
+    if settings.engine == "local" or not isinstance(model, ModelSpec) or not model.pretrained:
+        return None
+    if not getattr(loaded, "cache_safe", False):
+        return None
+    return ModelFactory(model.name, model.pretrained, precision=settings.precision,
+                        expected_model_id=loaded.model_id)
