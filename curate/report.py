@@ -21,7 +21,10 @@ Sections (each present when its inputs exist, otherwise a line saying what to ru
 6. **Fidelity** (papers/002): every fidelity run (:class:`curate.runs.FidelityRun`): the
    ranking by F-Fidelity AUC, each verdict against a random map (marginal ones marked), the
    degraded-series correlations and the curves (``fidelity_<run>.png``).
-7. **Gallery**: a few easy and hard images per class (``gallery.png``), chosen deterministically.
+7. **Explanation quality** (papers/001): every vlm-quality run (:class:`curate.runs.VlmQualityRun`): Visual
+   Fidelity, Contrastiveness and their combinations by group and by correct / wrong answer,
+   Discriminability with its t-test, ECE, the background mentions and the reliability diagram.
+8. **Gallery**: a few easy and hard images per class (``gallery.png``), chosen deterministically.
 
 Unreadable runs (unfinished, damaged, written by a newer curate) are listed as notes, never fatal.
 
@@ -397,6 +400,60 @@ def _fidelity_section(doc: Document, root: Path, out: Path) -> None:
         doc.text("Skipped: " + note + ".")
 
 
+def vlm_quality_summaries(root: Path) -> tuple[list[Any], list[str]]:
+    """Every vlm-quality run (:class:`curate.runs.VlmQualityRun`), oldest first, and notes for runs
+    that cannot be read."""
+    from curate.runs import RunError, iter_runs
+
+    runs, notes = [], []
+    for run_dir, run in iter_runs(root, "vlm-quality"):
+        if isinstance(run, RunError):
+            notes.append(f"`{run_dir.name}` cannot be read ({run})")
+        else:
+            runs.append(run)
+    return runs, notes
+
+
+def _vlm_quality_section(doc: Document, root: Path, out: Path) -> None:
+    runs, notes = vlm_quality_summaries(root)
+    if not runs and not notes:
+        return
+    from curate.runs.vlm_quality import SCORE_LABELS, SCORES
+
+    doc.heading("Explanation quality (papers/001)")
+    doc.text("A VLM answered among the candidates and explained its answer (`curate vlm-explain`). Visual Fidelity "
+             "(VF) = share of the explanation's yes/no verification questions that a verifier seeing the image "
+             "confirms; Contrastiveness (Contr) = entailment probability of the given answer's hypothesis over the "
+             "sum over all candidates, with every candidate masked out of the explanation (1/#candidates = favours "
+             "none). Means over the run's samples (in-sample). Discriminability = mean on correct answers minus mean "
+             "on wrong ones (unpaired t-test: * p < .05, ** p < .01, *** p < .001); ECE = calibration error of the "
+             "score read as P(correct), equal-width bins (0 = calibrated).")
+    for run in runs:
+        doc.text(f"`{run.name}`: explanations of `{run.source_run}` by {run.explainer}, {run.n} samples, accuracy "
+                 f"{_pct(run.accuracy)}%; judges: " + ", ".join(f"{k} `{v.get('spec')}`" for k, v in run.judges.items())
+                 + ".")
+        rows = []
+        for s in SCORES:
+            means, d, e = run.group_means(s), run.discriminability[s], run.ece[s]
+            stars = "***" if d["p"] < 0.001 else "**" if d["p"] < 0.01 else "*" if d["p"] < 0.05 else ""
+            rows.append([SCORE_LABELS[s], *(_num((means.get(p) or {}).get("mean")) for p in ("easy", "hard", "correct",
+                                                                                                "wrong", "all")),
+                         _num(d["disc"]) + stars, _num(d["p"], 4), _num(e["ece"]),
+                         ", ".join(f"{k} {v}" for k, v in run.nan_reasons(s).items())])
+        doc.table(["score", "easy", "hard", "correct", "wrong", "all", "Discriminability", "p", "ECE", "NaN (why)"], rows)
+        background = run.background.get("rows") or []
+        if background:
+            doc.text("Share of explanations that name the sample's own background, its class's hard background, or "
+                     "any background of the vocabulary (whole word, case-insensitive):")
+            doc.table(["samples", "n", "own %", "hard background %", "any %"],
+                      [[r["part"], r["n"], _pct(r["own"]), _pct(r["hard"]), _pct(r["any"])] for r in background])
+        if run.plot_path is not None:
+            write_bytes(out / f"reliability_{run.name}.png", run.plot_path.read_bytes())
+            doc.image(f"reliability_{run.name}.png", f"Reliability diagram of the scores, run {run.name}")
+    for note in notes:
+        doc.text("Skipped: " + note + ".")
+
+
 def _thumbnail(path: Path, size: int) -> Any:
     from PIL import Image
 
@@ -477,7 +534,7 @@ def build_report(
     out.mkdir(parents=True, exist_ok=True)
     for stale in ("fig2_scatter.png", "fig3_counts.png", "fig4_drops.png", "gallery.png", "table2.csv"):
         (out / stale).unlink(missing_ok=True)  # a figure whose inputs are gone must not linger
-    for stale in out.glob("fidelity_*.png"):
+    for stale in [*out.glob("fidelity_*.png"), *out.glob("reliability_*.png")]:
         stale.unlink(missing_ok=True)
     doc = Document(title or f"curate report: {ds.name}")
     doc.text(f"Dataset folder `{ds.root.name}`, written by curate {__version__}. Figures are PNG files beside "
@@ -489,6 +546,7 @@ def build_report(
     _evaluation_section(doc, ds.root, out, runs)
     _saliency_section(doc, ds.root)
     _fidelity_section(doc, ds.root, out)
+    _vlm_quality_section(doc, ds.root, out)
     doc.heading("Gallery")
     png, table = gallery_png(ds, gallery_per_group)
     if png is None:

@@ -169,6 +169,10 @@ def test_demo_plants_a_shortcut_only_when_correlated(tmp_path, monkeypatch) -> N
     world = {e.model: e for e in result.evaluations if e.label_space.startswith("1 vs 6")}
     for model in rows:
         assert abs(engine[model].hard - world[model].hard) < 0.05, (engine[model], world[model])
+    # the LVLM row (issue 15): the tiny LLaVA fine-tuned on the p = 0.9 world, scored by answer
+    # likelihood over the world's classes, leans on the background too (measured: easy 98.8, hard 0.0, drop 98.8 [97.1, 100])
+    lvlm = next(e for e in result.evaluations if e.model == "p=0.9 · tiny LLaVA")
+    assert lvlm.drop > 0.5 and lvlm.drop_ci[0] > 0.2, lvlm
     assert (result.compare_dir / "compare.md").exists()
     # fidelity (papers/002): both models' saliency methods next to the object mask and a random map
     verdicts = {(r["model"], r["method"]): r["verdict"] for r in result.fidelity}

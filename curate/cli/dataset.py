@@ -48,7 +48,12 @@ def info(directory: Path) -> None:
     for key in ("class", "background", "group", "status", "license", "source"):
         if key in counts:
             out().print(_counter_table(key, counts[key]))
-    suspects = Counter(t for tags in ds.table().column("tags").to_pylist() for t in (tags or []) if t.startswith("suspect:"))
+    # one arrow pass over the flattened tags (a Python loop over rows costs ~1 s at 1M rows)
+    import pyarrow.compute as pc
+
+    flat = pc.list_flatten(ds.table().column("tags"))
+    counts = pc.value_counts(flat.filter(pc.starts_with(flat, "suspect:")))
+    suspects = Counter({c["values"]: c["counts"] for c in counts.to_pylist()})
     if suspects:  # curate audit's pre-tags (a pointer for reviewers, not a decision)
         out().print(_counter_table("suspect (curate audit pre-tags, not decisions)", suspects))
 

@@ -50,11 +50,11 @@ def demo(workdir: Path, steps: int | None) -> None:
         out().print(f"  {result.noise_summary}; reference drop {result.reference_drop} (in-sample: the reference chose "
                     "easy/hard; cross-fitted: chosen on one half of the images, measured on the other)")
     evaluation = Table(title="evaluation engine on the split evaluation world "
-                             "(prompt 'A photo of {}.', balanced top-1 %)", title_justify="left")
+                             "(CLIPs: prompt 'A photo of {}.'; balanced top-1 %)", title_justify="left")
     for column in ("label space", "trained on", "easy", "hard", "drop [95% CI]", "note"):
         evaluation.add_column(column, justify="left" if column in ("label space", "trained on", "note") else "right")
     for e in result.evaluations:
-        note = ""
+        note = e.note
         if e.in_sample:
             note = "in-sample (the split's reference)" + (f"; cross-fitted {pct(e.corrected_drop)}"
                                                           if e.corrected_drop == e.corrected_drop else "")

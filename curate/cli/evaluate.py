@@ -7,15 +7,24 @@ import click
 from rich.table import Table
 
 from curate.cli import StageProgress, err, main, out, progress
-from curate.cli.options import batch_options, device_options, model_options, model_specs, run_options
+from curate.cli.options import (
+    batch_options,
+    device_options,
+    engine_options,
+    lvlm_options,
+    model_options,
+    model_specs,
+    run_options,
+)
 from curate.formatting import pct
 
 
 @main.command()
 @click.argument("directory", type=click.Path(path_type=Path, exists=True, file_okay=False))
 @model_options(multiple=True)
-@click.option("--label-space", default="imagenet1k", show_default=True,
-              help="imagenet1k (1 vs 1000) | top20 (1 vs 20, App. C.2) | dataset (the dataset's own list) | FILE.")
+@click.option("--label-space", default="auto", show_default=True,
+              help="imagenet1k (1 vs 1000) | top20 (1 vs 20, App. C.2) | dataset (the dataset's own list) | FILE | "
+                   "auto (top20 for LVLMs, imagenet1k for the rest).")
 @click.option("--prompts", default="simple", show_default=True, help="simple ('A photo of {}.') | openai (80) | FILE.")
 @device_options
 @batch_options(batch_size=256)
@@ -26,10 +35,13 @@ from curate.formatting import pct
 @click.option("--bootstrap", type=int, default=1000, show_default=True, help="Bootstrap replicates for the intervals.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the feature cache.")
+@lvlm_options
+@engine_options
 def evaluate(directory: Path, models: tuple[str, ...], pretrained: tuple[str, ...], label_space: str, prompts: str,
              device: str, precision: str, batch_size: int, workers: int | None, run_name: str | None, overwrite: bool,
              top20_reference: str | None, top20_pretrained: str | None, rebuild_top20: bool, bootstrap: int, seed: int,
-             no_cache: bool) -> None:
+             no_cache: bool, question: str, answer_template: str, token_env: str | None, engine: str,
+             ray_address: str | None, gpus_per_worker: float) -> None:
     """Zero-shot (CLIPs) or 1000-way (classifiers) evaluation: accuracy, easy/hard, drop, intervals.
 
     Several runs with --run-name NAME are named NAME-<model>."""
@@ -41,11 +53,15 @@ def evaluate(directory: Path, models: tuple[str, ...], pretrained: tuple[str, ..
         label_space=label_space, prompts=prompts, device=device, batch_size=batch_size, workers=workers,
         precision=precision, bootstrap=bootstrap, seed=seed, rebuild_top20=rebuild_top20, use_cache=not no_cache,
         top20_reference=ModelSpec(top20_reference, parse_pretrained(top20_pretrained)) if top20_reference else None,
+        question=question, answer_template=answer_template, token_env=token_env,
+        engine=engine, ray_address=ray_address, gpus_per_worker=gpus_per_worker,
     )
     with progress() as bar:
         runs = evaluate_models(directory, specs, settings, run_name=run_name, overwrite=overwrite,
                                progress=StageProgress(bar))
-    table = Table(title=f"{directory} — {label_space}, prompts {prompts} (balanced top-1 %, drop in points; "
+    spaces = ", ".join(sorted({r.label_space_name for r in runs})) or label_space
+    prompt_names = ", ".join(sorted({r.prompts_name for r in runs})) or prompts
+    table = Table(title=f"{directory} — {spaces}, prompts {prompt_names} (balanced top-1 %, drop in points; "
                         "the split's reference model's drop is in-sample: see `curate compare`)", title_justify="left")
     for column in ("model", "acc1", "acc5", "easy", "hard", "drop [95% CI]", "excluded"):
         table.add_column(column, justify="left" if column == "model" else "right")

@@ -49,3 +49,15 @@ def models_cmd() -> None:
     for name, entry in load_zoo().items():
         table.add_row(name, entry.model, entry.pretrained)
     stdout().print(table)
+    from curate.models import backends
+
+    usage = {"open_clip": ("open_clip:ARCH (or a bare arch / zoo name)", "clip"),
+             "timm": ("timm:NAME[.TAG]", "classifier"),
+             "lvlm": ("lvlm:PATH_OR_REPO (transformers LLaVA-family, local folder or HF cache)", "lvlm"),
+             "endpoint": ("endpoint:http://HOST:PORT/v1#NAME (OpenAI-compatible with prompt log-probs)", "lvlm")}
+    kinds = Table(title="model backends (--model PREFIX:...)", title_justify="left")
+    for column in ("prefix", "--model", "family"):
+        kinds.add_column(column)
+    for prefix in backends():
+        kinds.add_row(prefix, *usage.get(prefix, (f"{prefix}:NAME", "")))
+    stdout().print(kinds)

@@ -5,7 +5,10 @@
   (one choice list, :data:`curate.models.PRECISIONS`);
 - :func:`run_options`: ``--run-name`` and ``--overwrite`` (an existing run is refused unless
   ``--overwrite``, in every verb);
-- :func:`batch_options`: ``--batch-size`` and ``--workers``.
+- :func:`batch_options`: ``--batch-size`` and ``--workers``;
+- :func:`lvlm_options`: ``--question``, ``--answer-template`` and ``--token-env`` (LVLMs);
+- :func:`engine_options`: ``--engine local|ray``, ``--ray-address`` and ``--gpus-per-worker``
+  (with ``--engine ray``, ``--workers`` counts model actors).
 
 Each is a decorator; the verb receives the options as keyword arguments of the same names.
 """
@@ -18,10 +21,12 @@ import click
 from curate.models.base import PRECISIONS
 from curate.models.spec import ModelSpec, specs_from_cli
 
-__all__ = ["model_options", "device_options", "run_options", "batch_options", "model_specs", "one_model_spec"]
+__all__ = ["model_options", "device_options", "run_options", "batch_options", "lvlm_options", "engine_options",
+           "model_specs", "one_model_spec"]
 
-MODEL_HELP = ("open_clip arch, a paper name from the zoo (CLIP-LAION400M-ViT-B/32), timm:<name>, or 'auto' "
-              "(architecture read from a curate weights file)")
+MODEL_HELP = ("open_clip arch, a paper name from the zoo (CLIP-LAION400M-ViT-B/32), timm:<name>, 'auto' "
+              "(architecture read from a curate weights file), lvlm:PATH_OR_REPO (a transformers LLaVA-family model) "
+              "or endpoint:http://HOST:PORT/v1#NAME (an OpenAI-compatible server with prompt log-probs)")
 
 
 def _apply(func: Callable, decorators: Sequence[Callable]) -> Callable:
@@ -88,3 +93,30 @@ def batch_options(*, batch_size: int = 256, workers: int | None = None, with_wor
                                         help="Decoding processes (default: 0 on CPU, up to 8 on GPU)."))
         return _apply(func, options)
     return decorate
+
+
+def lvlm_options(func: Callable) -> Callable:
+    """``--question``, ``--answer-template`` (papers/003 App. C.4 defaults) and ``--token-env``."""
+    from curate.lvlm.hf import DEFAULT_ANSWER_TEMPLATE, DEFAULT_QUESTION
+
+    return _apply(func, [
+        click.option("--question", default=DEFAULT_QUESTION, show_default=True,
+                     help="LVLMs: the question asked about each image."),
+        click.option("--answer-template", default=DEFAULT_ANSWER_TEMPLATE, show_default=True,
+                     help="LVLMs: the answer scored per candidate label ('{}' is the label); lowest mean NLL wins."),
+        click.option("--token-env", default=None, metavar="VAR",
+                     help="endpoint LVLMs: the environment variable holding the API token (never the token itself)."),
+    ])
+
+
+def engine_options(func: Callable) -> Callable:
+    """``--engine local|ray``, ``--ray-address`` and ``--gpus-per-worker`` (curate.engine)."""
+    return _apply(func, [
+        click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+                     help="Where images are encoded: this process, or Ray Data (CPU decode tasks, a model actor "
+                          "pool; same cache and results). With ray, --workers is the number of model actors."),
+        click.option("--ray-address", default=None, metavar="auto|ray://HOST:PORT",
+                     help="Ray cluster to use with --engine ray (default: start a local Ray instance for the run)."),
+        click.option("--gpus-per-worker", type=float, default=0.0, show_default=True,
+                     help="GPUs per model actor with --engine ray (0: the actors run on CPU)."),
+    ])

@@ -396,6 +396,18 @@ class PoliteClient:
         except ValueError as exc:
             raise HttpError(url, f"the response is not JSON ({exc}); is the API URL right?", code="bad_json") from None
 
+    def post_json(self, url: str, body: Any, *, headers: Mapping[str, str] | None = None) -> Any:
+        """POST ``body`` as JSON to ``url`` under the API limits, with the same retries; the decoded
+        JSON reply. ``headers`` (e.g. an ``Authorization`` header) are sent, never logged; redirects
+        are not followed (a POST is not replayed elsewhere)."""
+        check_url(url)
+        data, _ = self._request(url, None, limiter=self.api_limiter, max_bytes=self.max_json_bytes,
+                                allowed_hosts=None, kind="api", method="POST", json_body=body, headers=headers)
+        try:
+            return json.loads(data)
+        except ValueError as exc:
+            raise HttpError(url, f"the response is not JSON ({exc}); is the API URL right?", code="bad_json") from None
+
     def download(self, url: str) -> bytes:
         """The body of ``url`` (under the download and byte limits, host allow-list, size limit)."""
         check_url(url, self.allowed_download_hosts)
@@ -434,7 +446,8 @@ class PoliteClient:
         return session
 
     def _request(self, url: str, params: Mapping[str, Any] | None, *, limiter: RateLimiter, max_bytes: int,
-                 allowed_hosts: set[str] | None, kind: str) -> tuple[bytes, requests.structures.CaseInsensitiveDict]:
+                 allowed_hosts: set[str] | None, kind: str, method: str = "GET", json_body: Any = None,
+                 headers: Mapping[str, str] | None = None) -> tuple[bytes, requests.structures.CaseInsensitiveDict]:
         policy = self.retry
         last_problem = "no attempt made"
         for attempt in range(1, policy.max_attempts + 1):
@@ -445,7 +458,11 @@ class PoliteClient:
                 self.stats.add(downloads=1)
             wait: float | None = None
             try:
-                response = self._get_following_redirects(url, params, allowed_hosts)
+                if method == "GET":
+                    response = self._get_following_redirects(url, params, allowed_hosts)
+                else:
+                    response = self._session().request(method, url, params=params, json=json_body, headers=headers,
+                                                       timeout=self.timeout, stream=True, allow_redirects=False)
             except requests.Timeout as exc:
                 last_problem, code = f"timed out ({type(exc).__name__})", "timeout"
             except requests.ConnectionError as exc:
@@ -482,7 +499,7 @@ class PoliteClient:
                 break
             wait = policy.backoff(attempt) if wait is None else wait
             self.stats.add(retries=1)
-            log.info("GET %s: %s; retry %d/%d in %.1f s", _short_url(url), last_problem, attempt,
+            log.info("%s %s: %s; retry %d/%d in %.1f s", method, _short_url(url), last_problem, attempt,
                      policy.max_attempts - 1, wait)
             self._sleep(wait)
         raise HttpError(url, f"{last_problem} after {policy.max_attempts} attempts; the server may be down or "

@@ -57,6 +57,8 @@ Loader = Callable[[ModelRequest], "LoadedModel"]
 _BACKENDS: dict[str, Union[Loader, str]] = {
     "open_clip": "curate.models.clip:load_open_clip",
     "timm": "curate.models.classifier:load_timm",
+    "lvlm": "curate.lvlm.hf:load_lvlm_backend",
+    "endpoint": "curate.lvlm.endpoint:load_endpoint_backend",
 }
 
 

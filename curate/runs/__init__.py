@@ -10,6 +10,7 @@ One record class per run kind (:class:`EvaluationRun`, :class:`ExplainRun`,
 """
 from __future__ import annotations
 
+from curate.runs.audit import AuditRun, CheckSummary
 from curate.runs.base import (
     CONFIG_FILE,
     RUNS_DIR,
@@ -36,11 +37,15 @@ from curate.runs.evaluation import DropStats, EvaluationRun, GroupStats
 from curate.runs.explain import ExplainRun
 from curate.runs.fidelity import FidelityRow, FidelityRun
 from curate.runs.split import LabelSources, ReferenceDrop, SplitCell, SplitClass, SplitReference, SplitRun
+from curate.runs.vlm_explain import VlmExplainRun
+from curate.runs.vlm_quality import VlmQualityRun
 
 __all__ = [
     "CONFIG_FILE", "RUNS_DIR", "RunError", "RunRecord", "create_run", "iter_runs", "list_runs", "load_run",
     "prepare_run_dir", "read_config", "read_parquet", "record_class", "register_run_kind", "run_kinds", "run_name",
     "slug", "unique_run_name", "write_bytes", "write_json", "write_parquet",
+    "AuditRun", "CheckSummary",
     "EvaluationRun", "GroupStats", "DropStats",
     "ExplainRun", "FidelityRun", "FidelityRow", "SplitRun", "SplitClass", "SplitCell", "SplitReference", "LabelSources", "ReferenceDrop",
+    "VlmExplainRun", "VlmQualityRun",
 ]

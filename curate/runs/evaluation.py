@@ -9,7 +9,10 @@ Files (``runs/<name>/``):
   / top-5 are right;
 - ``metrics.json``: ``overall``, ``groups`` (easy / hard), ``drop``, ``per_class``,
   ``per_background``, ``per_class_background``, ``excluded`` (layout in
-  :func:`curate.stages.evaluate.compute_metrics`). Accuracies are fractions in [0, 1].
+  :func:`curate.stages.evaluate.compute_metrics`). Accuracies are fractions in [0, 1];
+- ``candidate_losses.parquet`` (LVLM runs only, record version 3): per sample and candidate
+  label the answer's mean and summed negative log-likelihood (papers/003 App. C.4; the mean
+  ranks, docs/design.md#lvlm-scoring).
 """
 from __future__ import annotations
 
@@ -37,6 +40,13 @@ def _schema():
         ("topk_labels", pa.list_(pa.int32())), ("topk_scores", pa.list_(pa.float32())),
         ("correct1", pa.bool_()), ("correct5", pa.bool_()),
     ])
+
+
+def _losses_schema():
+    import pyarrow as pa
+
+    return pa.schema([("sample_id", pa.string()), ("label", pa.int32()), ("mean_nll", pa.float64()),
+                      ("sum_nll", pa.float64())])
 
 
 PREDICTIONS_SCHEMA = None  # built lazily by _schema() so importing this module does not import pyarrow
@@ -87,8 +97,9 @@ class EvaluationRun(RunRecord):
     """Config and results of one evaluation (see the module docstring)."""
 
     KIND: ClassVar[str] = "evaluate"
-    VERSION: ClassVar[int] = 2  # 2: model.family recorded
+    VERSION: ClassVar[int] = 3  # 2: model.family recorded; 3: optional candidate_losses.parquet (LVLMs)
     PREDICTIONS: ClassVar[str] = "predictions.parquet"
+    CANDIDATE_LOSSES: ClassVar[str] = "candidate_losses.parquet"
     METRICS: ClassVar[str] = "metrics.json"
 
     model: dict[str, Any]
@@ -98,6 +109,8 @@ class EvaluationRun(RunRecord):
     dataset: dict[str, Any]
     metrics: dict[str, Any]
     predictions_table: Any = field(default=None, repr=False)  # pyarrow Table; read on demand after load
+    #: LVLM runs: per (sample, candidate label) the answer's mean and summed NLL (papers/003 App. C.4)
+    candidate_losses_table: Any = field(default=None, repr=False)
     run_dir: Path | None = None
 
     # -- record protocol
@@ -110,9 +123,15 @@ class EvaluationRun(RunRecord):
             raise RunError("an evaluation run needs its predictions table to be written")
         write_parquet(run_dir / self.PREDICTIONS, self.predictions_table.cast(_schema()))
         write_json(run_dir / self.METRICS, self.metrics)
+        stale = run_dir / self.CANDIDATE_LOSSES
+        if self.candidate_losses_table is not None:
+            write_parquet(stale, self.candidate_losses_table.cast(_losses_schema()))
+        elif stale.exists():  # an overwritten LVLM run's table must not outlive it
+            stale.unlink()
 
     @classmethod
     def migrate(cls, config: dict[str, Any], version: int) -> dict[str, Any]:
+        # version < 3: no candidate_losses.parquet, which is optional; nothing to migrate
         if version < 2:
             config["model"] = {**config.get("model", {}), "family": legacy_family(config.get("model", {}))}
         return config
@@ -125,6 +144,14 @@ class EvaluationRun(RunRecord):
                    dataset=dict(config.get("dataset") or {}), metrics=metrics, run_dir=run_dir)
 
     # -- typed views
+    def candidate_losses(self):
+        """LVLM runs: the ``candidate_losses`` table (sample_id, label, mean_nll, sum_nll); None for
+        other models and for runs written before version 3."""
+        if self.candidate_losses_table is None and self.run_dir is not None \
+                and (self.run_dir / self.CANDIDATE_LOSSES).exists():
+            self.candidate_losses_table = read_parquet(self.run_dir / self.CANDIDATE_LOSSES)
+        return self.candidate_losses_table
+
     def predictions(self, columns: Sequence[str] | None = None):
         """The predictions table (read from the run folder on first use)."""
         if self.predictions_table is None:

@@ -26,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 
 from curate.features import FEATURES_DIR, compute_features
+from curate.lvlm import scoring as lvlm_scoring
 from curate.metrics.accuracy import (
     balanced_accuracy,
     class_accuracies,
@@ -54,7 +55,7 @@ DEFAULT_STATUSES = ("candidate", "accepted")
 class EvalSettings:
     """How to evaluate (CLI options map one to one)."""
 
-    label_space: str = "imagenet1k"  # imagenet1k | top20 | dataset | path to a file
+    label_space: str = "imagenet1k"  # imagenet1k | top20 | dataset | path to a file | auto (top20 for LVLMs)
     prompts: str = "simple"  # simple | openai | path to a template file
     device: str = "auto"
     batch_size: int = 256
@@ -66,6 +67,12 @@ class EvalSettings:
     top20_reference: ModelSpec | None = None
     rebuild_top20: bool = False
     use_cache: bool = True
+    question: str = lvlm_scoring.DEFAULT_QUESTION  # LVLMs only (papers/003 App. C.4)
+    answer_template: str = lvlm_scoring.DEFAULT_ANSWER_TEMPLATE  # LVLMs only
+    token_env: str | None = None  # endpoint LVLMs: the variable holding the API token (its name, never its value)
+    engine: str = "local"  # local | ray (curate.engine); with ray, ``workers`` = model actors
+    ray_address: str | None = None  # None: a local Ray instance for the run; auto | ray://HOST:PORT
+    gpus_per_worker: float = 0.0
 
 
 def _evaluation_rows(ds, statuses: Sequence[str]) -> list[dict]:
@@ -82,12 +89,32 @@ def _load(spec: ModelSpec, settings: EvalSettings):
     return load_model(spec.name, spec.pretrained, device=settings.device, precision=settings.precision)
 
 
+def _engine(settings: EvalSettings):
+    """The engine that encodes images (:mod:`curate.engine`; local by default)."""
+    from curate.engine import make_engine
+
+    return make_engine(settings.engine, workers=settings.workers, ray_address=settings.ray_address,
+                       gpus_per_worker=settings.gpus_per_worker)
+
+
+def _model(spec: ModelSpec, settings: EvalSettings, root: Path):
+    """``_load(spec)``, lazily when the dataset has seen this model (nothing is loaded when
+    nothing must be encoded; curate/engine/identity.py)."""
+    if not settings.use_cache:
+        return _load(spec, settings)
+    from curate.engine import stage_model
+
+    return stage_model(spec, root, lambda: _load(spec, settings), device=settings.device,
+                       precision=settings.precision)
+
+
 def _scores(ds, model, ids: list[str], prompts: PromptSet, settings: EvalSettings, progress,
             needed: np.ndarray | None = None) -> tuple[np.ndarray, list[str], dict[str, str], int]:
     """Scores over the base label space for the ids that succeeded; for CLIPs only the
     ``needed`` label columns are computed (the rest are -inf, never candidates anyway)."""
     feats = compute_features(ds, model, ids, batch_size=settings.batch_size, workers=settings.workers,
-                             use_cache=settings.use_cache, progress=progress)
+                             use_cache=settings.use_cache, progress=progress, engine=_engine(settings),
+                             factory=getattr(model, "factory", None))
     if model.kind == "clip":
         import torch
 
@@ -136,7 +163,7 @@ def _build_top20_space(ds, settings: EvalSettings, rows: list[dict], progress=No
     if ref is None:
         raise ValueError("building the 1-vs-20 label space needs a reference CLIP (the paper used "
                          "CLIP-LAION400M-ViT-B/32): pass --top20-reference NAME [--top20-pretrained TAG]")
-    model = _load(ref, settings)
+    model = _model(ref, settings, ds.root)
     if model.kind != "clip":
         raise ValueError(f"the 1-vs-20 reference must be a CLIP (it ranks labels by text similarity); got {model.model_id}")
     grouped = [r for r in rows if r["group"] in ("easy", "hard")]
@@ -242,17 +269,25 @@ def evaluate(
             one is refused unless ``overwrite``.
         progress: :class:`curate.progress.Progress` (phases "building 1-vs-20", "encoding images").
     """
-    settings = settings or EvalSettings()
+    settings = lvlm_scoring.resolve_label_space(settings or EvalSettings(), model)
     check_device(settings.device)
     ds = open_dataset(dataset)
     prompts = load_prompts(settings.prompts)
     rows = _evaluation_rows(ds, settings.statuses)
     candidates = resolve_candidates(ds, settings, rows, phase(progress, "building the 1-vs-20 space"))
     candidates.check_covers([r["class_index"] for r in rows], ds.label_space)
-    loaded = _load(model, settings)
     ids = [r["sample_id"] for r in rows]
-    scores, kept, failed, encoded = _scores(ds, loaded, ids, prompts, settings, phase(progress, "encoding images"),
-                                            candidates.needed_labels())
+    lvlm = None
+    if lvlm_scoring.is_lvlm_spec(model):  # answer likelihood (curate/lvlm/scoring.py), -inf outside candidates
+        lvlm = lvlm_scoring.lvlm_scores(ds, model, rows, candidates, settings, phase(progress, "scoring answers"))
+        loaded, scores, kept, failed, encoded = lvlm.model, lvlm.scores, lvlm.sample_ids, lvlm.failed, lvlm.scored
+        prompts_config = lvlm_scoring.prompt_config(settings.question, settings.answer_template)
+    else:
+        _engine(settings)  # a bad engine choice fails before any work
+        loaded = _model(model, settings, ds.root)
+        scores, kept, failed, encoded = _scores(ds, loaded, ids, prompts, settings, phase(progress, "encoding images"),
+                                                candidates.needed_labels())
+        prompts_config = prompts.to_config()
     by_id = {r["sample_id"]: r for r in rows}
     kept_rows = [by_id[sid] for sid in kept]
     classes = np.array([r["class_index"] for r in kept_rows], dtype=np.int64)
@@ -268,7 +303,7 @@ def evaluate(
                            "samples": [{"sample_id": s, "reason": r} for s, r in sorted(failed.items())]}
     metrics["model_id"] = loaded.model_id
     metrics["label_space"] = candidates.name
-    metrics["prompts"] = prompts.name
+    metrics["prompts"] = prompts_config["name"]
     predictions = pa.table({
         "sample_id": pa.array(kept, pa.string()),
         "class_index": pa.array(classes, pa.int32()),
@@ -282,11 +317,11 @@ def evaluate(
     record = EvaluationRun(
         model={"name": model.name, "pretrained": model.pretrained, "model_id": loaded.model_id,
                "family": family_of_kind(loaded.kind), "info": loaded.info},
-        label_space={"name": candidates.name, **candidates.info}, prompts=prompts.to_config(),
+        label_space={"name": candidates.name, **candidates.info}, prompts=prompts_config,
         settings={**asdict(settings),
                   "top20_reference": settings.top20_reference.label if settings.top20_reference else None},
         dataset={"name": ds.config.get("name"), "samples": len(rows), "images_encoded": encoded},
-        metrics=metrics, predictions_table=predictions,
+        metrics=metrics, predictions_table=predictions, candidate_losses_table=lvlm.losses if lvlm else None,
     )
     run_dir = claim_run_dir(ds.root, run_name, "eval", f"{model.label}-{candidates.name}", overwrite=overwrite)
     record.write(run_dir)
