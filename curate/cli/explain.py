@@ -8,7 +8,7 @@ import click
 from rich.table import Table
 
 from curate.cli import err, main, out, progress
-from curate.cli.options import batch_options, device_options, run_options
+from curate.cli.options import batch_options, device_options, engine_options, run_options
 from curate.saliency.registry import method_names
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -46,12 +46,14 @@ def _target(ctx: click.Context, param: click.Parameter, value: str):
 @run_options
 @device_options
 @batch_options(batch_size=32, workers=0)
+@engine_options
 @click.option("--limit", type=int, default=None, help="Explain only the first N samples with a mask.")
 @click.option("--json", "as_json", is_flag=True, help="Print the run's config and summary as JSON instead of tables.")
 def explain_cmd(directory: Path, model_name: str, pretrained: str | None, method: str, target, layer: str | None,
                 threshold: float | None, threshold_mode: str, label_space: str, prompts: str | None, save_maps: bool,
                 run_name: str | None, overwrite: bool, device: str, precision: str, batch_size: int, workers: int,
-                limit: int | None, as_json: bool) -> None:
+                engine: str, ray_address: str | None, gpus_per_worker: float, limit: int | None,
+                as_json: bool) -> None:
     """Saliency maps, SSS and RMA (per prediction, image, class; by group and correct/wrong) for DIR."""
     from curate.jsonio import dumps
     from curate.models.spec import ModelSpec, parse_pretrained
@@ -64,7 +66,8 @@ def explain_cmd(directory: Path, model_name: str, pretrained: str | None, method
     settings = ExplainSettings(
         method=method, target=target, layer=layer, threshold=threshold, threshold_mode=threshold_mode,
         label_space=label_space, prompts=prompts, limit=limit, batch_size=batch_size, device=device,
-        precision=precision, workers=workers, save_maps=save_maps,
+        precision=precision, workers=workers, save_maps=save_maps, engine=engine, ray_address=ray_address,
+        gpus_per_worker=gpus_per_worker,
     )
     spec = ModelSpec(name, weights)
     err().print(f"• {spec.label}, method {settings.method}, target {settings.target}")

@@ -21,7 +21,8 @@ import numpy as np
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["BatchOutput", "EncodeJob", "Engine", "ModelFactory", "encode_batch", "is_out_of_memory", "batches_of"]
+__all__ = ["BatchJob", "BatchOutput", "EncodeJob", "Engine", "ModelFactory", "batches_of", "encode_batch",
+           "is_out_of_memory", "remote_factory"]
 
 
 @dataclass
@@ -100,13 +101,41 @@ class EncodeJob:
         return _ShippedModel(model)
 
 
+def remote_factory(model: Any, factory: Callable[[], Any] | None, device: str) -> Callable[[], Any]:
+    """What a remote worker loads ``model`` with: ``factory`` moved to ``device`` (a
+    :class:`ModelFactory`), else ``factory``, else the driver's model shipped by value."""
+    return EncodeJob(model=model, kind="", factory=factory).remote_factory(device)
+
+
+@dataclass
+class BatchJob:
+    """The second job kind: any per-batch work, decoded in CPU tasks, run by stateful workers.
+
+    ``items`` holds one picklable item per sample id (in the order of the ids given to
+    :meth:`Engine.map_batches`); batches are the same consecutive runs of ``batch_size`` items
+    as for an :class:`EncodeJob`. ``decode(items_of_one_batch)`` runs where the engine decodes
+    (DataLoader workers, Ray CPU tasks) and returns a payload; ``worker(device)`` is called once
+    per worker (an actor: one model load) and returns ``run``; ``run(payload)`` returns the
+    batch's result. ``map_batches`` yields the results in batch order. Everything here must be
+    picklable (module-level classes; no lambdas). Used by the explain stage
+    (:mod:`curate.stages.explain`).
+    """
+
+    items: list[Any]
+    batch_size: int
+    decode: Callable[[list[Any]], Any]
+    worker: Callable[[str], Callable[[Any], Any]]
+
+
 class Engine(Protocol):
     """Maps the model over batches of samples; see the module docstring."""
 
     name: str
 
-    def map_batches(self, dataset: Any, sample_ids: Sequence[str], job: EncodeJob) -> Iterator[BatchOutput]:
-        """One :class:`BatchOutput` per batch of ``job.batch_size`` consecutive ``sample_ids``."""
+    def map_batches(self, dataset: Any, sample_ids: Sequence[str], job: EncodeJob | BatchJob) -> Iterator[Any]:
+        """One output per batch of ``job.batch_size`` consecutive ``sample_ids``: a
+        :class:`BatchOutput` for an :class:`EncodeJob`, ``run(payload)`` for a :class:`BatchJob`
+        (in batch order)."""
         ...
 
 

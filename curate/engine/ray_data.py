@@ -19,18 +19,25 @@ Pipeline (all Ray Data operators; no scheduler, queue or RPC of ours):
    shards (:func:`curate.features.compute_features`): the same cache and run folders as the
    local engine. The dataset folder must be on storage every node can read (NFS, a shared
    volume): workers open the images by path.
+
+A :class:`curate.engine.base.BatchJob` (the explain stage's saliency maps) takes the same
+route from step 2: one manifest per batch (its items, pickled), a CPU task per batch running
+``job.decode``, an actor pool whose actors each build ``job.worker(device)`` once (one model
+load) and run the batches; the driver yields the results in batch order (Ray Data does not
+promise order; results that arrive early wait in a dict until their turn).
 """
 from __future__ import annotations
 
 import logging
 import os
+import pickle
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from curate.engine.base import BatchOutput, EncodeJob
+from curate.engine.base import BatchJob, BatchOutput, EncodeJob, batches_of
 
 logger = logging.getLogger(__name__)
 
@@ -132,6 +139,29 @@ class _Encode:
                 "failed_reasons": _objects([np.array(list(o.failed.values()), dtype=object) for o in outs])}
 
 
+def _decode_job(batch: dict[str, np.ndarray], *, decode: Any) -> dict[str, np.ndarray]:
+    """CPU task of a :class:`BatchJob`: ``decode`` each manifest's items (pickled in and out, so
+    Ray Data never converts the payload's types)."""
+    payloads = [pickle.dumps(decode(pickle.loads(items)), protocol=pickle.HIGHEST_PROTOCOL)
+                for items in batch["items"]]
+    return {"batch": batch["batch"], "payload": _objects(payloads)}
+
+
+class _RunJob:
+    """Actor of a :class:`BatchJob`: ``worker(device)`` once (one model load), then one batch per call."""
+
+    def __init__(self, worker: Any, device: str, threads: int) -> None:
+        import torch
+
+        torch.set_num_threads(max(1, threads))
+        self.run = worker(device)
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        results = [pickle.dumps(self.run(pickle.loads(payload)), protocol=pickle.HIGHEST_PROTOCOL)
+                   for payload in batch["payload"]]
+        return {"batch": batch["batch"], "result": _objects(results)}
+
+
 class RayEngine:
     """``map_batches`` on Ray Data (see the module docstring).
 
@@ -168,13 +198,48 @@ class RayEngine:
         total = float(ray.cluster_resources().get("CPU", 1.0))
         return max(0.25, min(float(os.cpu_count() or 1), (total - 0.5) / self.workers))
 
-    def map_batches(self, dataset: Any, sample_ids: Sequence[str], job: EncodeJob) -> Iterator[BatchOutput]:
+    def map_batches(self, dataset: Any, sample_ids: Sequence[str], job: EncodeJob | BatchJob) -> Iterator[Any]:
         from curate.engine.session import ray_session
 
         if not sample_ids:
             return
         with ray_session(self.address, num_cpus=self.num_cpus):
-            yield from self._run(dataset, sample_ids, job)
+            if isinstance(job, BatchJob):
+                yield from self._run_job(job)
+            else:
+                yield from self._run(dataset, sample_ids, job)
+
+    def _run_job(self, job: BatchJob) -> Iterator[Any]:
+        """A :class:`BatchJob` (see the module docstring): results in batch order."""
+        import ray.data
+
+        context = ray.data.DataContext.get_current()
+        context.enable_progress_bars = False
+        context.print_on_execution_start = False
+        device = "cuda" if self.gpus_per_worker > 0 else "cpu"
+        actor_cpus = self._actor_cpus()
+        manifests = [{"batch": b, "items": pickle.dumps(items, protocol=pickle.HIGHEST_PROTOCOL)}
+                     for b, items in enumerate(batches_of(job.items, job.batch_size))]
+        pipeline = (
+            ray.data.from_items(manifests, override_num_blocks=max(1, len(manifests)))
+            .map_batches(_decode_job, batch_size=1, batch_format="numpy", num_cpus=0.5,
+                         fn_kwargs={"decode": job.decode})
+            .map_batches(_RunJob, batch_size=1, batch_format="numpy",
+                         compute=ray.data.ActorPoolStrategy(size=self.workers),
+                         num_cpus=actor_cpus, num_gpus=self.gpus_per_worker or None,
+                         fn_constructor_kwargs={"worker": job.worker, "device": device,
+                                                "threads": max(1, round(actor_cpus))})
+        )
+        waiting: dict[int, Any] = {}
+        turn = 0
+        for batch in pipeline.iter_batches(batch_size=None, batch_format="numpy"):
+            for b, result in zip(batch["batch"], batch["result"]):
+                waiting[int(b)] = pickle.loads(result)
+            while turn in waiting:
+                yield waiting.pop(turn)
+                turn += 1
+        if turn != len(manifests):
+            raise RuntimeError(f"the Ray engine returned {turn} of {len(manifests)} batches")
 
     def _run(self, dataset: Any, sample_ids: Sequence[str], job: EncodeJob) -> Iterator[BatchOutput]:
         import ray.data

@@ -55,7 +55,7 @@ DEFAULT_STATUSES = ("candidate", "accepted")
 class EvalSettings:
     """How to evaluate (CLI options map one to one)."""
 
-    label_space: str = "imagenet1k"  # imagenet1k | top20 | dataset | path to a file | auto (top20 for LVLMs)
+    label_space: str = "auto"  # auto (top20 for LVLMs, imagenet1k for the rest) | imagenet1k | top20 | dataset | path to a file
     prompts: str = "simple"  # simple | openai | path to a template file
     device: str = "auto"
     batch_size: int = 256

@@ -23,7 +23,7 @@ import shutil
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +31,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
+from curate.engine.base import BatchJob
 from curate.metrics.spuriousity import (
     NAN_REASONS,
     THRESHOLD_MODES,
@@ -112,7 +113,12 @@ class ExplainSettings:
         limit: explain only the first ``limit`` eligible samples.
         batch_size: images per batch (halved automatically on out-of-memory).
         device, precision: where and how to load the model when it is not loaded yet.
-        workers: DataLoader workers decoding images and masks.
+        workers: DataLoader workers decoding images and masks (``engine="local"``), or the
+            number of model actors (``engine="ray"``, default 1).
+        engine, ray_address, gpus_per_worker: where the maps are computed
+            (:func:`curate.engine.make_engine`: ``local`` = this process; ``ray`` = Ray Data, one
+            model and :class:`curate.saliency.Explainer` per actor). The batches, and so the
+            maps and scores, are the same on both (``docs/design.md#engines``).
         save_maps: write ``maps/<sample_id>.npz`` (float32, the maps the scores come from).
         method_options: extra :class:`curate.saliency.Explainer` options (``inner_batch_size``,
             ``sign_correction``, ``head_fusion``, ``discard_ratio``, ``min_grid``).
@@ -134,6 +140,9 @@ class ExplainSettings:
     device: str = "auto"
     precision: str = "fp32"
     workers: int = 0
+    engine: str = "local"
+    ray_address: str | None = None
+    gpus_per_worker: float = 0.0
     save_maps: bool = False
     method_options: dict[str, Any] = field(default_factory=dict)
     class_names: dict[int, str] | None = None
@@ -193,6 +202,7 @@ def explain(
     """
     settings = settings or ExplainSettings()
     check_device(settings.device)
+    _engine(settings)  # a bad engine combination fails before anything is loaded or written
     ds = open_masked_dataset(dataset)
     loaded = load_spec(model, device=settings.device, precision=settings.precision)
     run_dir = claim_run_dir(ds.root, run_name, "explain", f"{settings.method}-{loaded.model_id}", overwrite=overwrite)
@@ -226,6 +236,27 @@ def _spec_of(model: Any) -> ModelSpec | None:
     if isinstance(model, Path) or (isinstance(model, str) and looks_like_path(model)):
         return ModelSpec("auto", str(model))
     return ModelSpec(str(model), None) if isinstance(model, str) else None
+
+
+def _engine(settings: ExplainSettings) -> Any:
+    """The engine the settings name (``workers`` = model actors with ``ray``)."""
+    from curate.engine import make_engine
+
+    if settings.engine == "ray":
+        return make_engine("ray", workers=settings.workers or 1, ray_address=settings.ray_address,
+                           gpus_per_worker=settings.gpus_per_worker)
+    return make_engine(settings.engine, workers=settings.workers, ray_address=settings.ray_address,
+                       gpus_per_worker=settings.gpus_per_worker)
+
+
+def _model_factory(spec: ModelSpec | None, loaded: LoadedModel, settings: ExplainSettings) -> Any:
+    """How Ray actors load the model: by name and weights (checked against the driver's model
+    id) for a spec with cache-safe weights; None otherwise (the driver's model is shipped by value)."""
+    from curate.engine.base import ModelFactory
+
+    if settings.engine == "local" or spec is None or not spec.pretrained or not getattr(loaded, "cache_safe", False):
+        return None
+    return ModelFactory(spec.name, spec.pretrained, precision=settings.precision, expected_model_id=loaded.model_id)
 
 
 def _discard_if_empty(run_dir: Path) -> None:
@@ -265,7 +296,7 @@ def compute_explanations(
     Returns:
         An :class:`ExplainRun` with ``run_dir`` None and its tables in memory.
     """
-    from curate.saliency.engine import Explainer, explain_with_backoff
+    from curate.saliency.engine import Explainer
 
     settings = settings or ExplainSettings()
     started = time.perf_counter()
@@ -327,8 +358,16 @@ def compute_explanations(
             f"{loaded.model_id} scores the 1000 ImageNet-1K classes but {ds.root} uses the label space "
             f"'{space.name}' ({len(space)} classes); explain it with a CLIP (zero-shot over any label space)"
         )
+    engine = _engine(settings)
     explainer = Explainer(loaded, settings.method, layer=settings.layer, classifier=classifier, columns=head_columns,
                           **_method_options(settings.method_options, loaded))
+    factory = _model_factory(model_spec, loaded, settings)
+    worker = _ExplainWorker(
+        model=loaded if engine.name == "local" or factory is None else None, factory=factory,
+        method=settings.method, layer=settings.layer,
+        classifier=None if classifier is None else (classifier if engine.name == "local" else classifier.cpu()),
+        columns=head_columns, method_options=dict(settings.method_options), target=target,
+        batch_size=settings.batch_size)
 
     config = {
         "dataset": str(ds.root),
@@ -346,6 +385,7 @@ def compute_explanations(
         "prompts": prompt_set.to_config() if prompt_set is not None else None,
         "normalisation": NORMALISATION,
         "device": str(loaded.device),
+        "engine": engine.name,
         "precision": loaded.precision,
         "settings": settings.to_config(),
         "maps": {"saved": maps_dir is not None, "dtype": ExplainRun.MAPS_DTYPE},
@@ -356,11 +396,8 @@ def compute_explanations(
     # --- the loop
     size = tuple(loaded.image_size)
     mask_fn = mask_transform or mask_transform_for(loaded.preprocess)
-    items = MaskedImages(ds, rows, loaded.preprocess, mask_fn, size)
-    loader = torch.utils.data.DataLoader(
-        items, batch_size=settings.batch_size, shuffle=False, num_workers=settings.workers,
-        pin_memory=loaded.device.type == "cuda", collate_fn=collate_masked,
-    )
+    job = BatchJob(items=rows, batch_size=settings.batch_size, decode=_MaskedDecode(ds, loaded.preprocess, mask_fn, size),
+                   worker=worker)
     scored = _Scored()
     kept_maps: dict[str, np.ndarray] = {}
     instance_masks = 0
@@ -368,23 +405,22 @@ def compute_explanations(
     chunk = settings.batch_size
     done = 0
     report(progress, 0, len(rows), "explaining")
-    for batch in loader:
-        good = [j for j, p in enumerate(batch["problem"]) if p in ("", "mask_resized")]
+    sample_ids = [r["sample_id"] for r in rows]
+    for b, batch in enumerate(engine.map_batches(ds, sample_ids, job)):
+        offset = b * settings.batch_size  # batch b holds rows offset .. offset + batch_size - 1 (every engine)
+        good = _good(batch["problem"])
         for j, p in enumerate(batch["problem"]):
-            if p not in ("", "mask_resized"):
-                skip(rows[batch["index"][j]], p)
+            if p not in _SCORED:
+                skip(rows[offset + batch["index"][j]], p)
             elif p == "mask_resized":
                 resized_masks += 1
         instance_masks += sum(bool(batch["instance_ids"][j]) for j in good)
         done += len(batch["problem"])
+        chunk = batch["chunk"]
         if good:
-            sel = torch.as_tensor(good)
-            images = batch["image"].index_select(0, sel)
-            masks = batch["mask"].index_select(0, sel).to(loaded.device, non_blocking=True)
-            batch_rows = [rows[batch["index"][j]] for j in good]
-            labels = [r["class_index"] if r["class_index"] is not None else -1 for r in batch_rows]
-            result, chunk = explain_with_backoff(explainer, images, target, labels if target.needs_labels else None,
-                                                 batch_size=chunk)
+            result = _on_device(batch["result"], loaded.device)
+            masks = batch["mask"].to(loaded.device, non_blocking=True)
+            batch_rows = [rows[offset + batch["index"][j]] for j in good]
             scored.add(result, masks, batch_rows, settings.threshold, settings.threshold_mode, names)
             if maps_dir is not None or keep_maps:
                 _keep_maps(result, masks, batch_rows, maps_dir, kept_maps if keep_maps else None)
@@ -407,6 +443,89 @@ def compute_explanations(
         classes_table=pa.Table.from_pylist(_class_rows(scored, split, names), schema=classes_schema()),
         kept_maps=kept_maps,
     )
+
+
+#: Decoding outcomes that are scored (a resized mask is counted, not skipped).
+_SCORED = ("", "mask_resized")
+
+
+def _good(problems: list[str]) -> list[int]:
+    """Positions of a batch whose image and mask decoded into something to score."""
+    return [j for j, p in enumerate(problems) if p in _SCORED]
+
+
+class _MaskedDecode:
+    """``BatchJob.decode`` of the explain stage (runs in DataLoader workers or Ray CPU tasks):
+    one batch of rows -> the collated images and input-aligned masks (:class:`MaskedImages`),
+    plus each row's label (-1: none)."""
+
+    def __init__(self, ds: Dataset, preprocess: Callable, mask_fn: Callable, size: tuple[int, int]) -> None:
+        self.ds, self.preprocess, self.mask_fn, self.size = ds, preprocess, mask_fn, size
+
+    def __call__(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
+        items = MaskedImages(self.ds, rows, self.preprocess, self.mask_fn, self.size)
+        batch = collate_masked([items[i] for i in range(len(items))])
+        batch["labels"] = [r["class_index"] if r.get("class_index") is not None else -1 for r in rows]
+        return batch
+
+
+class _ExplainWorker:
+    """``BatchJob.worker`` of the explain stage: builds the model (the driver's here; a
+    :class:`curate.engine.base.ModelFactory` or the shipped model in a Ray actor) and one
+    :class:`curate.saliency.Explainer` with the driver's text classifier, once per worker."""
+
+    def __init__(self, *, model: LoadedModel | None, factory: Any, method: str, layer: str | None,
+                 classifier: torch.Tensor | None, columns: list[int] | None, method_options: dict[str, Any],
+                 target: Target, batch_size: int) -> None:
+        self.model, self.factory, self.method, self.layer = model, factory, method, layer
+        self.classifier, self.columns, self.method_options = classifier, columns, method_options
+        self.target, self.batch_size = target, batch_size
+
+    def __call__(self, device: str) -> _ExplainBatches:
+        from curate.engine.base import remote_factory
+        from curate.saliency.engine import Explainer
+
+        if device == "auto" and self.model is not None:
+            model = self.model  # the local engine: the driver's model, no copy
+        else:
+            model = remote_factory(self.model, self.factory, device)()
+        explainer = Explainer(model, self.method, layer=self.layer, classifier=self.classifier, columns=self.columns,
+                              **_method_options(self.method_options, model))
+        return _ExplainBatches(explainer, self.target, self.batch_size, to_cpu=device != "auto")
+
+
+class _ExplainBatches:
+    """Runs one decoded batch: the maps of its good rows (:func:`explain_with_backoff`; the
+    chunk size that fit carries over to the next batch, as in one process)."""
+
+    def __init__(self, explainer: Any, target: Target, chunk: int, *, to_cpu: bool) -> None:
+        self.explainer, self.target, self.chunk, self.to_cpu = explainer, target, chunk, to_cpu
+
+    def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
+        from curate.saliency.engine import explain_with_backoff
+
+        good = _good(batch["problem"])
+        result = None
+        if good:
+            images = batch["image"].index_select(0, torch.as_tensor(good))
+            labels = [batch["labels"][j] for j in good]
+            result, self.chunk = explain_with_backoff(self.explainer, images, self.target,
+                                                      labels if self.target.needs_labels else None,
+                                                      batch_size=self.chunk)
+            if self.to_cpu:
+                result = _on_device(result, torch.device("cpu"))
+        mask = batch["mask"].index_select(0, torch.as_tensor(good, dtype=torch.long))
+        return {"index": list(batch["index"]), "problem": list(batch["problem"]),
+                "instance_ids": list(batch["instance_ids"]), "mask": mask, "result": result, "chunk": self.chunk}
+
+
+def _on_device(result: SaliencyResult, device: torch.device) -> SaliencyResult:
+    """``result`` with its tensors on ``device`` (no copy when they are there already)."""
+    if result.maps.device == device:
+        return result
+    return replace(result, maps=result.maps.to(device), targets=result.targets.to(device),
+                   target_scores=result.target_scores.to(device), logits=result.logits.to(device),
+                   flat=result.flat.to(device))
 
 
 def _method_options(options: Mapping[str, Any] | None, model: LoadedModel) -> dict[str, Any]:
