@@ -17,6 +17,7 @@ from rich.table import Table
 
 from curate.cli import err, out, progress
 from curate.cli.collect import collect
+from curate.cli.options import creation_vocabulary
 
 _RATE_HELP = "'none' for no limit"
 
@@ -276,17 +277,8 @@ def collect_folder_cmd(directory: Path, src: Path, layout: str, licenses_csv: Pa
                        concurrency: int, name: str | None) -> None:
     """Import an ImageFolder or the released CounterAnimal layout (easy-/hard-<background>)."""
     from curate.collect.folder import import_folder
-    from curate.labels import LabelSpace
 
-    space = None
-    if label_space != "imagenet1k":
-        path = Path(label_space)
-        if not path.is_file():
-            raise click.BadParameter(f"{label_space!r} is neither 'imagenet1k' nor a file", param_hint="--label-space")
-        names = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()
-                 if line.strip() and not line.startswith("#")]
-        space = LabelSpace.from_names(path.stem, names)
-    vocab = [b.strip() for b in backgrounds.split(",") if b.strip()] if backgrounds else None
+    space, vocab = creation_vocabulary(label_space, backgrounds)
     with _interruptible(), _bar("importing", None) as update:
         report = import_folder(src, directory, layout, label_space=space, licenses_csv=licenses_csv,
                                license=license_, attribution=attribution, status=status, name=name,

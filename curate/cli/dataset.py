@@ -9,6 +9,7 @@ import click
 from rich.table import Table
 
 from curate.cli import main, out
+from curate.cli.options import creation_vocabulary
 
 
 @main.command()
@@ -20,17 +21,9 @@ from curate.cli import main, out
 @click.option("--recipe", help="A recipe name recorded in dataset.yaml (e.g. counteranimal).")
 def create(directory: Path, name: str | None, label_space: str, backgrounds: str | None, recipe: str | None) -> None:
     """Create an empty dataset folder."""
-    from curate.labels import LabelSpace
     from curate.store import Dataset
 
-    space = None
-    if label_space != "imagenet1k":
-        path = Path(label_space)
-        if not path.is_file():
-            raise click.BadParameter(f"{label_space!r} is neither 'imagenet1k' nor a file", param_hint="--label-space")
-        names = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip() and not line.startswith("#")]
-        space = LabelSpace.from_names(path.stem, names)
-    vocab = [b.strip() for b in backgrounds.split(",") if b.strip()] if backgrounds else None
+    space, vocab = creation_vocabulary(label_space, backgrounds)
     ds = Dataset.create(directory, name=name or directory.name, label_space=space, backgrounds=vocab, recipe=recipe)
     out().print(f"created [bold]{ds.root}[/] ({len(ds.label_space)} classes, {len(ds.backgrounds)} backgrounds)")
 

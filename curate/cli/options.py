@@ -15,6 +15,8 @@ Each is a decorator; the verb receives the options as keyword arguments of the s
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
 
 import click
 
@@ -120,3 +122,24 @@ def engine_options(func: Callable) -> Callable:
         click.option("--gpus-per-worker", type=float, default=0.0, show_default=True,
                      help="GPUs per model actor with --engine ray (0: the actors run on CPU)."),
     ])
+
+
+def creation_vocabulary(label_space: str, backgrounds: str | None) -> tuple[Any, list[str] | None]:
+    """The ``--label-space`` / ``--backgrounds`` of a verb that may create a dataset folder:
+    ``(LabelSpace or None for ImageNet-1K, background list or None for the paper's 14)``.
+
+    ``label_space`` is ``imagenet1k`` or a text file with one class name per line (``#`` lines
+    skipped); anything else is a usage error.
+    """
+    from curate.labels import LabelSpace
+
+    space = None
+    if label_space != "imagenet1k":
+        path = Path(label_space)
+        if not path.is_file():
+            raise click.BadParameter(f"{label_space!r} is neither 'imagenet1k' nor a file", param_hint="--label-space")
+        names = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()
+                 if line.strip() and not line.startswith("#")]
+        space = LabelSpace.from_names(path.stem, names)
+    vocab = [b.strip() for b in backgrounds.split(",") if b.strip()] if backgrounds else None
+    return space, vocab

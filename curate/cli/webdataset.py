@@ -9,6 +9,7 @@ import click
 
 from curate.cli import err, out, progress
 from curate.cli.collect import collect
+from curate.cli.options import creation_vocabulary
 
 
 @collect.command("webdataset")
@@ -25,17 +26,8 @@ def collect_webdataset_cmd(directory: Path, shards: str, label_space: str, backg
                            batch_size: int, name: str | None) -> None:
     """Import webdataset shards (image, json, cls, mask.png members per key); corrupt members are quarantined."""
     from curate.collect.webdataset import collect_webdataset, expand_shards
-    from curate.labels import LabelSpace
 
-    space = None
-    if label_space != "imagenet1k":
-        path = Path(label_space)
-        if not path.is_file():
-            raise click.BadParameter(f"{label_space!r} is neither 'imagenet1k' nor a file", param_hint="--label-space")
-        names = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()
-                 if line.strip() and not line.startswith("#")]
-        space = LabelSpace.from_names(path.stem, names)
-    vocab = [b.strip() for b in backgrounds.split(",") if b.strip()] if backgrounds else None
+    space, vocab = creation_vocabulary(label_space, backgrounds)
     total = len(expand_shards(shards))
     with progress() as bar:
         task = bar.add_task("reading shards", total=total)
