@@ -32,11 +32,14 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from curate.runs import slug, write_bytes, write_json
+
+if TYPE_CHECKING:  # torch is imported where images are encoded, so reading the cache imports no torch
+    import torch
 
 logger = logging.getLogger(__name__)
 
@@ -73,8 +76,11 @@ def cache_key(model, kind: str) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:20]
 
 
-class _ImageFiles(torch.utils.data.Dataset):
-    """Decodes and preprocesses images; a failure yields a zero tensor and its reason."""
+class _ImageFiles:
+    """Decodes and preprocesses images; a failure yields a zero tensor and its reason.
+
+    A map-style dataset for ``torch.utils.data.DataLoader`` (``__len__`` + ``__getitem__``; no
+    ``Dataset`` base class, so defining it does not import torch)."""
 
     def __init__(self, paths: Sequence[Path], preprocess: Callable, image_size: tuple[int, int]) -> None:
         self.paths = list(paths)
@@ -93,6 +99,8 @@ class _ImageFiles(torch.utils.data.Dataset):
                 tensor = self.preprocess(image.convert("RGB"))
             return index, tensor, ""
         except Exception as error:  # reported per sample, never fatal for the batch
+            import torch
+
             return index, torch.zeros(3, *self.image_size), f"{type(error).__name__}: {error}"[:300]
 
 
@@ -122,6 +130,8 @@ def encode_images(
     Decoding happens in ``workers`` processes with pinned memory on CUDA; batches move to the
     device without blocking. Failed positions hold NaN rows.
     """
+    import torch
+
     dataset = _ImageFiles(paths, model.preprocess, model.image_size)
     workers = default_workers(model.device) if workers is None else workers
     loader = torch.utils.data.DataLoader(

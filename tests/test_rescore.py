@@ -106,3 +106,79 @@ def test_a_stale_identity_record_is_an_error_and_is_removed(folder, weights) -> 
     with pytest.raises(RuntimeError, match="does not match the loaded model"):
         model.encode_text(["a"])
     assert not record.exists()
+
+
+# A re-score as a fresh `curate evaluate` process: everything cached, so neither torch nor open_clip is imported.
+_CLI_THEN_REPORT_MODULES = """
+import json, sys
+from curate.cli import main
+try:
+    main(sys.argv[1:], prog_name="curate")
+except SystemExit as stop:
+    code = stop.code
+heavy = [m for m in ("torch", "open_clip", "timm", "transformers", "torchvision") if m in sys.modules]
+print("MODULES " + json.dumps({"code": code, "heavy": heavy}))
+"""
+
+
+def _cli_in_subprocess(*args: str) -> dict:
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _CLI_THEN_REPORT_MODULES, *args], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "COLUMNS": "200"})
+    line = next(x for x in done.stdout.splitlines() if x.startswith("MODULES "))
+    report = json.loads(line.removeprefix("MODULES "))
+    assert report["code"] in (0, None), done.stdout + done.stderr
+    return report
+
+
+def test_a_cli_rescore_imports_no_torch_and_predicts_the_same(folder, weights) -> None:
+    ds, subset = folder
+    spec = ModelSpec("curate-tiny-vit", str(weights))
+    evaluate(ds.root, spec, EvalSettings(bootstrap=10, batch_size=16), run_name="first")  # caches everything
+    reference = evaluate(ds.root, spec, EvalSettings(label_space=str(subset), bootstrap=10), run_name="in-process")
+    assert not list((ds.root / "features" / "text").glob("*.pt")), "new text classifiers are .npy + .json"
+
+    report = _cli_in_subprocess("-q", "evaluate", str(ds.root), "--model", "curate-tiny-vit", "--pretrained",
+                                str(weights), "--label-space", str(subset), "--bootstrap", "10", "--device", "cpu",
+                                "--run-name", "cli-rescore")
+    assert report["heavy"] == [], f"a cached re-score imported {report['heavy']}"
+    a = pq.read_table(reference.run_dir / "predictions.parquet")
+    b = pq.read_table(ds.root / "runs" / "cli-rescore" / "predictions.parquet")
+    assert a.equals(b), "the CLI re-score's predictions differ from the in-process run's"
+    from curate.runs import load_run
+
+    again = load_run(ds.root / "runs" / "cli-rescore")
+    assert again.dataset["images_encoded"] == 0 and again.metrics["overall"] == reference.metrics["overall"]
+
+
+def test_numpy_logits_equal_the_torch_ones_and_old_pt_caches_still_read(tmp_path) -> None:
+    from curate.zeroshot import PromptSet, zero_shot_logits
+    from curate.zeroshot.classifier import _cache_entry, load_cached_text_classifier
+
+    rng = np.random.default_rng(0)
+    feats = rng.normal(size=(64, 32)).astype(np.float32) * 3
+    w = rng.normal(size=(10, 32)).astype(np.float32)
+    w /= np.linalg.norm(w, axis=1, keepdims=True)
+    in_numpy = zero_shot_logits(feats, w)
+    in_torch = zero_shot_logits(torch.from_numpy(feats), torch.from_numpy(w)).numpy()
+    assert isinstance(in_numpy, np.ndarray) and in_numpy.dtype == np.float32
+    # 1e-5 plus float32 rounding of logits up to ~60 (one ulp at 60 is 3.8e-6): the two differ in BLAS order only
+    np.testing.assert_allclose(in_numpy, in_torch, rtol=1e-6, atol=1e-5)
+    assert np.abs(in_numpy).max() > 10  # the scale (100) is applied in both
+
+    class Named:  # what the cache needs of a model
+        model_id, cache_safe = "open_clip:fake", True
+
+    prompts, names = PromptSet("simple", ("A photo of {}.",)), [f"c{i}" for i in range(10)]
+    base, record = _cache_entry(Named(), names, prompts, tmp_path)
+    torch.save({"record": record, "weights": torch.from_numpy(w)}, base.with_suffix(".pt"))  # the older format
+    got = load_cached_text_classifier(Named(), names, prompts, tmp_path, numpy=True)
+    np.testing.assert_array_equal(got, w)
+    assert base.with_suffix(".npy").exists() and base.with_suffix(".json").exists()  # rewritten in the new format
+    base.with_suffix(".pt").unlink()
+    assert torch.equal(load_cached_text_classifier(Named(), names, prompts, tmp_path), torch.from_numpy(w))
+    base.with_suffix(".json").write_text('{"record": {"model_id": "other"}}')  # another model's record: a miss
+    assert load_cached_text_classifier(Named(), names, prompts, tmp_path) is None

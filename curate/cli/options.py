@@ -99,7 +99,7 @@ def batch_options(*, batch_size: int = 256, workers: int | None = None, with_wor
 
 def lvlm_options(func: Callable) -> Callable:
     """``--question``, ``--answer-template`` (papers/003 App. C.4 defaults) and ``--token-env``."""
-    from curate.lvlm.hf import DEFAULT_ANSWER_TEMPLATE, DEFAULT_QUESTION
+    from curate.lvlm.defaults import DEFAULT_ANSWER_TEMPLATE, DEFAULT_QUESTION
 
     return _apply(func, [
         click.option("--question", default=DEFAULT_QUESTION, show_default=True,

@@ -20,8 +20,8 @@ from curate.lazy import lazy_exports
 __getattr__, __dir__ = lazy_exports(__name__, {
     "HFLvlm": "curate.lvlm.hf",
     "load_hf_lvlm": "curate.lvlm.hf",
-    "DEFAULT_QUESTION": "curate.lvlm.hf",
-    "DEFAULT_ANSWER_TEMPLATE": "curate.lvlm.hf",
+    "DEFAULT_QUESTION": "curate.lvlm.defaults",
+    "DEFAULT_ANSWER_TEMPLATE": "curate.lvlm.defaults",
     "EndpointClient": "curate.lvlm.endpoint",
     "EndpointError": "curate.lvlm.endpoint",
     "build_tiny_llava": "curate.lvlm.tiny",

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from curate.lvlm.defaults import DEFAULT_ANSWER_TEMPLATE, DEFAULT_QUESTION  # re-exported (papers/003 App. C.4)
 from curate.models.base import LoadedModel, ModelError, WeightsNotFoundError, check_precision, resolve_device
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -44,11 +45,6 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["HFLvlm", "load_hf_lvlm", "DEFAULT_QUESTION", "DEFAULT_ANSWER_TEMPLATE", "is_oom", "halving"]
 
 log = logging.getLogger(__name__)
-
-#: The paper's question (papers/003 App. C.4).
-DEFAULT_QUESTION = "What is the main object in the image?"
-#: The answer scored per candidate label (papers/003 App. C.4: "A <label>").
-DEFAULT_ANSWER_TEMPLATE = "A {}."
 _WEIGHT_GLOBS = ("*.safetensors", "*.bin", "*.safetensors.index.json", "*.bin.index.json")
 
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from curate.lvlm.hf import DEFAULT_ANSWER_TEMPLATE, DEFAULT_QUESTION
+from curate.lvlm.defaults import DEFAULT_ANSWER_TEMPLATE, DEFAULT_QUESTION
 
 __all__ = ["LVLM_PREFIXES", "is_lvlm_spec", "resolve_label_space", "load_lvlm", "lvlm_scores", "LvlmScores",
            "prompt_config", "cost_estimate", "answer_text"]

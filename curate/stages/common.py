@@ -25,13 +25,17 @@ def open_dataset(dataset: Any) -> Dataset:
 
 
 def check_device(device: str) -> str:
-    """Validate a device name; asking for CUDA without one is a clear error, not a crash later."""
-    import torch
+    """Validate a device name; asking for CUDA without one is a clear error, not a crash later.
 
+    Imports torch only for a CUDA device (a re-score from the cache imports no torch)."""
     device = str(device)
     if device not in ("auto", "cpu") and not device.startswith("cuda"):
         raise ValueError(f"--device must be auto, cpu or cuda[:N], got {device!r}")
-    if device.startswith("cuda") and not torch.cuda.is_available():
+    if not device.startswith("cuda"):
+        return device
+    import torch
+
+    if not torch.cuda.is_available():
         raise RuntimeError("CUDA was requested (--device cuda) but torch sees no CUDA device on this machine; "
                            "use --device cpu or auto")
     return device

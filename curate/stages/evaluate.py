@@ -115,12 +115,10 @@ def _scores(ds, model, ids: list[str], prompts: PromptSet, settings: EvalSetting
     feats = compute_features(ds, model, ids, batch_size=settings.batch_size, workers=settings.workers,
                              use_cache=settings.use_cache, progress=progress, engine=_engine(settings),
                              factory=getattr(model, "factory", None))
-    if model.kind == "clip":
-        import torch
-
+    if model.kind == "clip":  # in numpy: with everything cached, a re-score imports no torch
         classifier = classifier_for_labels(model, ds.label_space.names, needed, prompts,
-                                           ds.root / FEATURES_DIR / "text" if settings.use_cache else None)
-        partial = zero_shot_logits(torch.from_numpy(feats.values), classifier).numpy()
+                                           ds.root / FEATURES_DIR / "text" if settings.use_cache else None, numpy=True)
+        partial = zero_shot_logits(feats.values, classifier)
         if needed is None:
             scores = partial
         else:
