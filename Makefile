@@ -34,7 +34,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check curate tests benchmarks scripts setup.py
 
 test: $(STAMP) services lint
-	$(PY) -m pytest -q -p no:cacheprovider tests
+	$(PY) -m pytest -q -p no:cacheprovider --durations=30 tests
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow" tests
