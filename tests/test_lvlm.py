@@ -301,3 +301,11 @@ def test_a_batch_whose_prefixes_differ_in_length_is_split_by_image_size(lvlm, im
     mean, _ = lvlm.answer_losses(images, DEFAULT_QUESTION, answers)
     np.testing.assert_allclose(mean, reference, atol=1e-5)
     assert calls == [3, 1, 1, 1]
+
+
+def test_an_lvlm_on_the_ray_engine_is_refused_not_run_locally(world, labels_file, tiny_dir) -> None:
+    spec = ModelSpec(f"lvlm:{tiny_dir}")
+    settings = EvalSettings(label_space=str(labels_file), bootstrap=10, engine="ray")
+    with pytest.raises(ValueError, match="local engine only"):
+        evaluate(world, spec, settings, run_name="lvlm-ray", overwrite=True)
+    assert not (Path(world) / "runs" / "lvlm-ray" / "config.json").exists()
