@@ -42,7 +42,7 @@ def evaluate(directory: Path, models: tuple[str, ...], pretrained: tuple[str, ..
              top20_reference: str | None, top20_pretrained: str | None, rebuild_top20: bool, bootstrap: int, seed: int,
              no_cache: bool, question: str, answer_template: str, token_env: str | None, engine: str,
              ray_address: str | None, gpus_per_worker: float) -> None:
-    """Zero-shot (CLIPs) or 1000-way (classifiers) evaluation: accuracy, easy/hard, drop, intervals.
+    """Zero-shot (CLIPs), 1000-way (classifiers) or answer-likelihood (LVLMs) evaluation: accuracy, easy/hard, drop, intervals.
 
     Several runs with --run-name NAME are named NAME-<model>."""
     from curate.models.spec import ModelSpec, parse_pretrained
