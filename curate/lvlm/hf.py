@@ -256,12 +256,7 @@ class HFLvlm(LoadedModel):
         Returns:
             ``(mean_nll, sum_nll)``, float64 arrays ``[N, C_max]`` (NaN where an image has fewer answers).
         """
-        if len(images) != len(answers_per_image):
-            raise ValueError(f"{len(images)} images but {len(answers_per_image)} answer lists")
-        context = self.context(question, system=system)
-        n_max = max((len(a) for a in answers_per_image), default=0)
-        mean = np.full((len(images), n_max), np.nan)
-        total = np.full((len(images), n_max), np.nan)
+        context, mean, total = self._loss_arrays(images, question, answers_per_image, system)
         ids = [[self.answer_token_ids(context, a) for a in answers] for answers in answers_per_image]
 
         def run(batch: Sequence[int]) -> None:
@@ -326,6 +321,15 @@ class HFLvlm(LoadedModel):
         self.candidate_batch = halving(pairs, self.candidate_batch, run, what="candidate batch")
 
     # -- the naive route (reference)
+    def _loss_arrays(self, images: Sequence[Any], question: str, answers_per_image: Sequence[Sequence[str]],
+                     system: str | None) -> tuple[str, np.ndarray, np.ndarray]:
+        """The chat context and the NaN-filled ``(mean, sum)`` arrays ``[N, C_max]`` both loss routes fill."""
+        if len(images) != len(answers_per_image):
+            raise ValueError(f"{len(images)} images but {len(answers_per_image)} answer lists")
+        n_max = max((len(a) for a in answers_per_image), default=0)
+        shape = (len(images), n_max)
+        return self.context(question, system=system), np.full(shape, np.nan), np.full(shape, np.nan)
+
     def answer_losses_naive(self, images: Sequence[Image.Image], question: str,
                             answers_per_image: Sequence[Sequence[str]], *, system: str | None = None,
                             ) -> tuple[np.ndarray, np.ndarray]:
@@ -333,12 +337,7 @@ class HFLvlm(LoadedModel):
         ``labels = -100`` on the context (the lmms-eval way); ``mean`` is the model's own loss."""
         import torch
 
-        if len(images) != len(answers_per_image):
-            raise ValueError(f"{len(images)} images but {len(answers_per_image)} answer lists")
-        context = self.context(question, system=system)
-        n_max = max((len(a) for a in answers_per_image), default=0)
-        mean = np.full((len(images), n_max), np.nan)
-        total = np.full((len(images), n_max), np.nan)
+        context, mean, total = self._loss_arrays(images, question, answers_per_image, system)
         for i, (image, answers) in enumerate(zip(images, answers_per_image)):
             n_prefix = self._prefix_inputs([image], context)["input_ids"].shape[1]
             for c, answer in enumerate(answers):

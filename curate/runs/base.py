@@ -122,6 +122,21 @@ def read_parquet(path: Path, columns: list[str] | None = None) -> Any:
 
 
 # ----------------------------------------------------------------------------- the record
+
+class ModelBlock:
+    """For records that keep their ``config.json`` as ``self.config``: the ``model`` block it
+    records (name, pretrained, model_id, family, info) and its ``model_id``."""
+
+    config: dict[str, Any]
+
+    @property
+    def model(self) -> dict[str, Any]:
+        return dict(self.config.get("model") or {})
+
+    @property
+    def model_id(self) -> str:
+        return str(self.model.get("model_id") or "")
+
 class RunRecord(abc.ABC):
     """Base of every run kind: config (what was asked) and results (what came out), versioned.
 

@@ -45,6 +45,7 @@ import numpy as np
 
 from curate.jsonio import json_safe, write_json
 from curate.runs.base import (
+    ModelBlock,
     RunError,
     RunRecord,
     read_parquet,
@@ -176,7 +177,7 @@ class SavedMaps:
 # ----------------------------------------------------------------------------- the record
 @register_run_kind
 @dataclass
-class ExplainRun(RunRecord):
+class ExplainRun(ModelBlock, RunRecord):
     """Config and results of one explain run (see the module docstring).
 
     ``compute_explanations`` builds one in memory (``run_dir`` None, tables held); ``explain``
@@ -249,14 +250,6 @@ class ExplainRun(RunRecord):
             ScoreStat.from_dict(entry["sss"]), ScoreStat.from_dict(entry["rma"])
 
     # -- what was explained
-    @property
-    def model(self) -> dict[str, Any]:
-        return dict(self.config.get("model") or {})
-
-    @property
-    def model_id(self) -> str:
-        return str(self.model.get("model_id") or "")
-
     @property
     def family(self) -> str:
         """``clip`` or ``classifier``."""

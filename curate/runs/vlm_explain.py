@@ -24,7 +24,15 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from curate.jsonio import write_json
-from curate.runs.base import RunError, RunRecord, read_parquet, read_result_json, register_run_kind, write_parquet
+from curate.runs.base import (
+    ModelBlock,
+    RunError,
+    RunRecord,
+    read_parquet,
+    read_result_json,
+    register_run_kind,
+    write_parquet,
+)
 
 __all__ = ["VlmExplainRun", "explanations_schema", "ExplanationRow"]
 
@@ -62,7 +70,7 @@ class ExplanationRow:
 
 @register_run_kind
 @dataclass
-class VlmExplainRun(RunRecord):
+class VlmExplainRun(ModelBlock, RunRecord):
     """Config and results of one vlm-explain run (see the module docstring)."""
 
     KIND: ClassVar[str] = "vlm-explain"
@@ -93,14 +101,6 @@ class VlmExplainRun(RunRecord):
         return cls(config=config, summary=summary, run_dir=run_dir)
 
     # -- what was asked
-    @property
-    def model(self) -> dict[str, Any]:
-        return dict(self.config.get("model") or {})
-
-    @property
-    def model_id(self) -> str:
-        return str(self.model.get("model_id") or "")
-
     @property
     def question(self) -> str:
         return str((self.config.get("prompts") or {}).get("question") or "")
