@@ -89,3 +89,23 @@ def test_missing_weights_fail_fast_from_the_cli(tmp_path, runner) -> None:
 def test_console_script_is_installed() -> None:
     proc = subprocess.run([sys.executable, "-m", "curate.cli", "--version"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and "curate" in proc.stdout
+
+
+def test_the_lazy_verb_table_is_complete_and_a_verb_loads_only_its_module() -> None:
+    """COMMANDS names every verb and the modules defining it and its subcommands; `curate
+    evaluate` imports no other verb's module (a fresh process, as a user runs it)."""
+    from curate.cli import COMMANDS, load_all_commands
+
+    load_all_commands()
+    assert set(main.commands) == set(COMMANDS)
+    for name, command in main.commands.items():
+        modules = {command.callback.__module__.rpartition(".")[2]}
+        for sub in getattr(command, "commands", {}).values():
+            modules.add(sub.callback.__module__.rpartition(".")[2])
+        assert modules == set(COMMANDS[name]), name
+    code = ("import sys; from curate.cli import main; main(['evaluate', '--help'], standalone_mode=False); "
+            "print(sorted(m for m in sys.modules if m.startswith('curate.cli.')))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert loaded.stdout.strip().splitlines()[-1] == "['curate.cli.evaluate', 'curate.cli.options']"
+    listed = subprocess.run([sys.executable, "-m", "curate.cli", "--help"], capture_output=True, text=True, check=True)
+    assert all(verb in listed.stdout for verb in COMMANDS)

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 from click.testing import CliRunner
-from eval_helpers import make_folder
+from eval_helpers import CLASSES, make_folder
 
 from curate.models import ModelSpec, load_model
 
@@ -27,13 +27,11 @@ ray = pytest.importorskip("ray")
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     kill_flag = tmp_path_factory.mktemp("faults") / "kill-once"
-    os.environ["CURATE_TEST_KILL_WORKER_ONCE"] = str(kill_flag)  # inherited by the workers Ray starts
     ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024 * 1024, log_to_driver=False)
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the fault-injecting model below
     yield kill_flag
     if ray.is_initialized():
         ray.shutdown()
-    os.environ.pop("CURATE_TEST_KILL_WORKER_ONCE", None)
 
 
 @pytest.fixture(scope="module")
@@ -112,18 +110,22 @@ def test_label_backgrounds_on_ray_equals_local(world, tmp_path) -> None:
     assert bad.exit_code != 0 and "need --engine ray" in bad.output
 
 
-class OomAbove:
-    """A model factory whose model runs out of memory on batches larger than ``limit`` and logs
-    the batch sizes it ran (pickled by value into the Ray actors)."""
+class Faulty:
+    """A model factory (pickled by value into the Ray actors) whose model kills its process on
+    the first batch while ``kill_flag`` exists (deleting it first, so the retry lives), runs out
+    of memory on batches larger than ``limit``, and logs the batch sizes it ran."""
 
-    def __init__(self, spec, limit, log):
-        self.spec, self.limit, self.log = spec, limit, str(log)
+    def __init__(self, spec, limit, log, kill_flag):
+        self.spec, self.limit, self.log, self.kill_flag = spec, limit, str(log), str(kill_flag)
 
     def __call__(self):
         model = load_model(self.spec.name, self.spec.pretrained)
-        encode, limit, log = model.encode_image, self.limit, self.log
+        encode, limit, log, kill_flag = model.encode_image, self.limit, self.log, self.kill_flag
 
         def encode_image(batch, normalize=True, **kwargs):
+            if os.path.exists(kill_flag):
+                os.unlink(kill_flag)
+                os._exit(1)  # a worker killed mid-run: Ray restarts the actor and retries the batch
             with open(log, "a") as fh:
                 fh.write(f"{len(batch)}\n")
             if len(batch) > limit:
@@ -157,7 +159,7 @@ def test_killed_worker_oom_and_interrupt_resume_without_duplicates(world, cluste
 
     with pytest.raises(KeyboardInterrupt):
         compute_features(ds, model, ids, batch_size=8, shard_rows=8, engine=make_engine("ray", workers=1),
-                         factory=OomAbove(spec, 4, log), progress=stop)
+                         factory=Faulty(spec, 4, log, cluster), progress=stop)
     assert not cluster.exists(), "the fault was not triggered"
     sizes = [int(x) for x in log.read_text().split()]
     assert 8 in sizes and max(s for s in sizes if s <= 4) == 4  # tried 8, ran halves of 4
@@ -229,6 +231,32 @@ def test_explain_on_ray_equals_local(world, tmp_path) -> None:
     for path in maps:
         with np.load(path) as x, np.load(runs / "ray" / ExplainRun.MAPS / path.name) as y:
             assert all(np.array_equal(x[k], y[k]) for k in ("maps", "mask", "targets")), path.name
+
+
+def test_lvlm_scoring_on_ray_equals_local(world, tmp_path, monkeypatch) -> None:
+    """An lvlm: model on Ray: each actor loads the tiny LLaVA from its folder (the driver loads
+    nothing), batches of 5 images come back in order, and the run equals the local engine's:
+    predictions, candidate losses, metrics and the model's identity (exact: same batches, fp32
+    on CPU)."""
+    from curate.lvlm import scoring
+    from curate.lvlm.tiny import build_tiny_llava
+    from curate.runs.evaluation import EvaluationRun
+    from curate.stages.evaluate import EvalSettings, evaluate
+
+    ds, _ = world
+    spec = ModelSpec(f"lvlm:{build_tiny_llava(tmp_path / 'tiny', seed=0)}")
+    monkeypatch.setattr(scoring, "IMAGES_PER_BATCH", 5)  # several batches, the last one short
+    labels = tmp_path / "labels.txt"
+    labels.write_text("".join(f"{c}\n" for c in CLASSES))  # 1 vs 5
+    settings = EvalSettings(label_space=str(labels), bootstrap=20, batch_size=4, device="cpu")
+    local = evaluate(ds.root, spec, settings, run_name="lvlm-local", overwrite=True)
+    remote = evaluate(ds.root, spec, EvalSettings(**{**settings.__dict__, "engine": "ray", "workers": 1}),
+                      run_name="lvlm-ray", overwrite=True)
+    a, b = EvaluationRun.load(local.run_dir), EvaluationRun.load(remote.run_dir)
+    assert b.model["model_id"] == a.model["model_id"] and b.model["info"] == a.model["info"]
+    assert b.predictions().equals(a.predictions()) and b.candidate_losses().equals(a.candidate_losses())
+    assert a.candidate_losses().num_rows == len(ds.rows()) * len(CLASSES)
+    assert json.dumps(b.metrics, sort_keys=True) == json.dumps(a.metrics, sort_keys=True)
 
 
 def test_no_ray_process_is_left_after_shutdown(cluster) -> None:

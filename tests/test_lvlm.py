@@ -303,9 +303,11 @@ def test_a_batch_whose_prefixes_differ_in_length_is_split_by_image_size(lvlm, im
     assert calls == [3, 1, 1, 1]
 
 
-def test_an_lvlm_on_the_ray_engine_is_refused_not_run_locally(world, labels_file, tiny_dir) -> None:
-    spec = ModelSpec(f"lvlm:{tiny_dir}")
+def test_an_endpoint_on_the_ray_engine_is_refused_before_any_work(world, labels_file) -> None:
+    """An endpoint: model already batches on its server; Ray is refused before Ray starts or a
+    request is sent (lvlm: models on Ray: tests/test_engine_ray.py)."""
+    spec = ModelSpec("endpoint:http://127.0.0.1:9/v1#tiny")
     settings = EvalSettings(label_space=str(labels_file), bootstrap=10, engine="ray")
-    with pytest.raises(ValueError, match="local engine only"):
-        evaluate(world, spec, settings, run_name="lvlm-ray", overwrite=True)
-    assert not (Path(world) / "runs" / "lvlm-ray" / "config.json").exists()
+    with pytest.raises(ValueError, match="scored by its server"):
+        evaluate(world, spec, settings, run_name="endpoint-ray", overwrite=True)
+    assert not (Path(world) / "runs" / "endpoint-ray" / "config.json").exists()

@@ -138,11 +138,13 @@ def test_text_negatives_stop_untrained_labels_from_taking_the_hard_images(tmp_pa
 
 
 @pytest.mark.slow
-def test_demo_plants_a_shortcut_only_when_correlated(tmp_path, monkeypatch) -> None:
+def test_demo_plants_a_shortcut_only_when_correlated(demo_dir, monkeypatch) -> None:
     """A planted background shortcut (p = 0.9) gives a large aligned-conflicting gap, p = 1/B not.
 
-    This trains the demo's two models with the demo's own settings (150 steps each, in parallel,
-    one core each: measured 95-99 s per model on 2 shared cores). F-Fidelity runs with one
+    The whole demo, on the session's demo folder (tests/conftest.py::demo_dir): its worlds and two
+    models were trained there with the demo's own settings (150 steps each, in parallel, one core
+    each: measured 95-99 s per model on 2 shared cores), which the demo reuses as a user's second
+    `make demo` does, so they are trained once per test session. F-Fidelity runs with one
     fine-tuning seed here instead of the demo's three (CI time: each seed re-fine-tunes both
     models on 1200 images); the three-seed interval is tested on a tiny case in test_fidelity.py.
     """
@@ -150,7 +152,7 @@ def test_demo_plants_a_shortcut_only_when_correlated(tmp_path, monkeypatch) -> N
     from curate.demo import run_demo, run_full_demo
 
     monkeypatch.setitem(demo.FIDELITY_SETTINGS, "seeds", 1)
-    result = run_full_demo(tmp_path / "demo")
+    result = run_full_demo(demo_dir)
     rows = {row.world: row.report for row in result.shortcut}
     correlated, uncorrelated = rows["p=0.9"], rows["uncorrelated"]
     # measured with the demo's settings (1 vs 6, the training caption): aligned/conflicting
@@ -187,9 +189,10 @@ def test_demo_plants_a_shortcut_only_when_correlated(tmp_path, monkeypatch) -> N
     from curate.stages.split import SplitSettings, split
 
     unc = next(row for row in result.shortcut if row.world == "uncorrelated")
-    null_split = split(tmp_path / "demo" / "world-eval", ModelSpec("auto", str(unc.weights)),
-                       SplitSettings(min_per_background=10, require_significant=True), run_name="split-null")
+    null_split = split(demo_dir / "world-eval", ModelSpec("auto", str(unc.weights)),
+                       SplitSettings(min_per_background=10, require_significant=True), run_name="split-null",
+                       overwrite=True)
     assert len(null_split.kept) <= 2, [(s.class_index, s.drop, s.p_value) for s in null_split.classes]  # measured: 1 of 6
-    again = run_demo(tmp_path / "demo")  # reuses worlds and weights, same numbers
+    again = run_demo(demo_dir)  # reuses worlds and weights, same numbers
     assert all(not row.trained for row in again)
     assert {row.world: row.report for row in again} == rows

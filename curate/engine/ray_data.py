@@ -124,10 +124,6 @@ class _Encode:
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         from curate.engine.base import encode_batch
 
-        hook = os.environ.get("CURATE_TEST_KILL_WORKER_ONCE")  # test fault injection (tests/test_engine_ray.py)
-        if hook and os.path.exists(hook):
-            os.unlink(hook)
-            os._exit(1)
         outs = []
         for ids, pixels, errors in zip(batch["ids"], batch["pixels"], batch["errors"]):
             out = encode_batch(self.model, self.kind, [str(s) for s in ids], np.asarray(pixels, np.float32),

@@ -29,8 +29,10 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import logging
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,7 +44,7 @@ from curate.models.base import LoadedModel, ModelError, WeightsNotFoundError, ch
 if TYPE_CHECKING:  # pragma: no cover
     from PIL import Image
 
-__all__ = ["HFLvlm", "load_hf_lvlm", "DEFAULT_QUESTION", "DEFAULT_ANSWER_TEMPLATE", "is_oom", "halving"]
+__all__ = ["HFLvlm", "LvlmIdentity", "load_hf_lvlm", "lvlm_identity", "DEFAULT_QUESTION", "DEFAULT_ANSWER_TEMPLATE", "is_oom", "halving"]
 
 log = logging.getLogger(__name__)
 _WEIGHT_GLOBS = ("*.safetensors", "*.bin", "*.safetensors.index.json", "*.bin.index.json")
@@ -384,8 +386,8 @@ def load_hf_lvlm(path_or_repo: str | Path, *, device: Any = "cpu", precision: st
         ModelError: the folder does not load, or has no chat template.
     """
     check_precision(precision)
-    folder, name, revision = _resolve_source(path_or_repo)
-    revision = revision or f"file-{_weights_fingerprint(folder)}"
+    identity = lvlm_identity(path_or_repo, precision=precision)
+    folder, revision = Path(identity.info["folder"]), identity.revision
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
     torch_device = resolve_device(device)
@@ -403,11 +405,41 @@ def load_hf_lvlm(path_or_repo: str | Path, *, device: Any = "cpu", precision: st
     if getattr(processor, "tokenizer", None) is None or getattr(processor, "image_processor", None) is None:
         raise ModelError(f"{folder}: the processor has no tokenizer or no image processor")
     module = module.to(torch_device).eval()
-    model_id = f"lvlm:{name}:{revision}"
+    info = dict(identity.info, architecture=identity.info["architecture"] or type(module).__name__)
+    return HFLvlm(module=module, processor=processor, model_id=identity.model_id, revision=revision,
+                  device=torch_device, precision=precision, info=info, batch_size=batch_size,
+                  candidate_batch=candidate_batch)
+
+
+@dataclass(frozen=True)
+class LvlmIdentity:
+    """What names an LVLM in a run record, known without loading its weights (the Ray engine's
+    driver uses it; :func:`load_hf_lvlm` builds its model's id and info from the same function)."""
+
+    model_id: str  # lvlm:<name>:<revision>
+    revision: str  # the cache snapshot's commit, or file-<fingerprint> for a local folder
+    info: dict[str, Any]
+    precision: str = "fp32"
+    kind: str = "lvlm"
+
+
+def lvlm_identity(path_or_repo: str | Path, *, precision: str = "fp32") -> LvlmIdentity:
+    """The :class:`LvlmIdentity` of a local folder or cached repo: its config and a fingerprint
+    of its weights files (:func:`_weights_fingerprint`), no weights loaded.
+
+    Raises:
+        WeightsNotFoundError: as :func:`load_hf_lvlm`.
+    """
+    folder, name, revision = _resolve_source(path_or_repo)
+    revision = revision or f"file-{_weights_fingerprint(folder)}"
+    try:
+        architectures = json.loads((folder / "config.json").read_text()).get("architectures") or [None]
+    except (OSError, ValueError, AttributeError):
+        architectures = [None]
     info = {"backend": "lvlm", "source": str(path_or_repo), "folder": str(folder), "revision": revision,
-            "architecture": type(module).__name__, "dtype": str(_dtype(precision)).replace("torch.", "")}
-    return HFLvlm(module=module, processor=processor, model_id=model_id, revision=revision, device=torch_device,
-                  precision=precision, info=info, batch_size=batch_size, candidate_batch=candidate_batch)
+            "architecture": architectures[0], "dtype": str(_dtype(precision)).replace("torch.", "")}
+    model_id = f"lvlm:{name}:{revision}"
+    return LvlmIdentity(model_id=model_id, revision=revision, info={**info, "model_id": model_id}, precision=precision)
 
 
 def load_lvlm_backend(request: Any) -> HFLvlm:

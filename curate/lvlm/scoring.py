@@ -37,6 +37,8 @@ logger = logging.getLogger(__name__)
 LVLM_PREFIXES = ("lvlm", "endpoint")
 #: Candidates per image above which the cost estimate is a warning.
 COSTLY_CANDIDATES = 100
+#: Images per engine batch (decoded together; the model batches within, ``--batch-size``).
+IMAGES_PER_BATCH = 32
 
 
 def is_lvlm_spec(model: Any) -> bool:
@@ -108,66 +110,151 @@ class LvlmScores:
     model: Any
 
 
-def _decode(ds: Any, sample_ids: Sequence[str]) -> tuple[list[Any], list[str], dict[str, str]]:
-    images, kept, failed = [], [], {}
-    for sid in sample_ids:
-        try:
-            images.append(ds.load_image(sid))
-            kept.append(sid)
-        except Exception as error:  # noqa: BLE001 - reported per sample, never fatal
-            failed[sid] = f"{type(error).__name__}: {error}"[:300]
-    return images, kept, failed
+class _DecodeImages:
+    """``BatchJob.decode`` of LVLM scoring (runs in the local engine's loader or a Ray CPU task):
+    one batch of items -> the PIL images that decoded, their items, and the failures."""
+
+    def __init__(self, ds: Any) -> None:
+        self.ds = ds
+
+    def __call__(self, items: list[dict[str, Any]]) -> dict[str, Any]:
+        images, good, failed = [], [], {}
+        for item in items:
+            try:
+                images.append(self.ds.load_image(item["sample_id"]))
+                good.append(item)
+            except Exception as error:  # noqa: BLE001 - reported per sample, never fatal
+                failed[item["sample_id"]] = f"{type(error).__name__}: {error}"[:300]
+        return {"images": images, "items": good, "failed": failed}
+
+
+class _ScoreAnswers:
+    """``BatchJob.worker`` of LVLM scoring: the driver's model on the local engine (``device``
+    ``auto``), else the model loaded once in the worker (a Ray actor) from its folder, checked
+    against the driver's model id; ``run(payload)`` scores one batch's answers."""
+
+    def __init__(self, *, model: Any | None, source: str | None, precision: str, batch_size: int,
+                 expected_model_id: str, question: str) -> None:
+        self.model, self.source, self.precision = model, source, precision
+        self.batch_size, self.expected_model_id, self.question = batch_size, expected_model_id, question
+
+    def __call__(self, device: str) -> Any:
+        if device == "auto" and self.model is not None:
+            model = self.model
+        else:
+            from curate.lvlm.hf import load_hf_lvlm
+
+            model = load_hf_lvlm(self.source, device=device, precision=self.precision, batch_size=self.batch_size)
+            if model.model_id != self.expected_model_id:
+                raise RuntimeError(f"a worker loaded {model.model_id} from {self.source}, but the driver has "
+                                   f"{self.expected_model_id}: the model folder differs on that node")
+        return _AnswerLosses(model, self.question)
+
+
+class _AnswerLosses:
+    """One batch: ``(sample ids, mean NLL, summed NLL, failures)`` for the images that decoded."""
+
+    def __init__(self, model: Any, question: str) -> None:
+        self.model, self.question = model, question
+
+    def __call__(self, payload: dict[str, Any]) -> dict[str, Any]:
+        items = payload["items"]
+        if not items:
+            return {"ids": [], "mean": None, "total": None, "failed": payload["failed"]}
+        mean, total = self.model.answer_losses(payload["images"], self.question, [i["answers"] for i in items])
+        return {"ids": [i["sample_id"] for i in items], "mean": np.asarray(mean), "total": np.asarray(total),
+                "failed": payload["failed"]}
 
 
 def lvlm_scores(ds: Any, model: Any, rows: Sequence[dict], candidates: Any, settings: Any,
-                progress: Any = None) -> LvlmScores:
-    """Score every row's candidates with an LVLM (a spec to load, or a loaded HFLvlm/EndpointClient)."""
+                progress: Any = None, *, engine: Any = None) -> LvlmScores:
+    """Score every row's candidates with an LVLM (a spec, or a loaded HFLvlm/EndpointClient).
+
+    ``engine`` (:mod:`curate.engine`; default the local one) runs the batches of
+    :data:`IMAGES_PER_BATCH` images: on the local engine the driver loads the model and runs
+    them; on Ray (``lvlm:`` models only) each actor loads the model from its folder, which must
+    be readable on every node, and the driver loads nothing (:func:`curate.lvlm.hf.lvlm_identity`
+    names the model). The batches are the same on every engine, so the losses are too
+    (bit-identical in fp32 on CPU).
+    """
     import pyarrow as pa
 
-    loaded = model if getattr(model, "kind", None) == "lvlm" and hasattr(model, "answer_losses") \
-        else load_lvlm(model, settings)
+    from curate.engine.base import BatchJob
+    from curate.engine.local import LocalEngine
+
+    engine = engine or LocalEngine(workers=0)
+    remote = getattr(engine, "name", "local") != "local"
     question = getattr(settings, "question", DEFAULT_QUESTION)
     template = getattr(settings, "answer_template", DEFAULT_ANSWER_TEMPLATE)
+    batch_size = max(1, min(int(getattr(settings, "batch_size", 8)), 64))
+    if getattr(model, "kind", None) == "lvlm" and hasattr(model, "answer_losses"):
+        loaded, source = model, (getattr(model, "info", None) or {}).get("folder")
+    elif remote:
+        loaded, source = _remote_identity(model, settings), None
+        source = loaded.info["folder"]
+    else:
+        loaded, source = load_lvlm(model, settings), None
+    if remote and not source:
+        raise ValueError(f"{loaded.model_id} cannot be scored on --engine {engine.name}: Ray actors load an lvlm: "
+                         "model from its folder, and this one has none")
     names = ds.label_space.names
     n_labels = len(names)
-    ids = [r["sample_id"] for r in rows]
     class_of = {r["sample_id"]: int(r["class_index"]) for r in rows}
     sizes = {len(candidates.candidates_for(c)) for c in set(class_of.values())}
-    message = cost_estimate(len(ids), max(sizes))
+    message = cost_estimate(len(rows), max(sizes))
     (logger.warning if max(sizes) > COSTLY_CANDIDATES else logger.info)(message)
     texts: dict[int, str] = {}
+    items = []
+    for r in rows:
+        cands = [int(c) for c in candidates.candidates_for(class_of[r["sample_id"]])]
+        items.append({"sample_id": r["sample_id"], "labels": cands,
+                      "answers": [texts.setdefault(c, answer_text(template, names[c])) for c in cands]})
+    worker = _ScoreAnswers(model=None if remote else loaded, source=source, precision=settings.precision,
+                           batch_size=batch_size, expected_model_id=loaded.model_id, question=question)
+    job = BatchJob(items=items, batch_size=IMAGES_PER_BATCH, decode=_DecodeImages(ds), worker=worker)
+    labels_of = {item["sample_id"]: item["labels"] for item in items}
     scores_rows: list[np.ndarray] = []
     kept: list[str] = []
     failed: dict[str, str] = {}
     table: dict[str, list] = {"sample_id": [], "label": [], "mean_nll": [], "sum_nll": []}
-    chunk = 32  # images decoded at a time (bounded memory; the model batches within)
     done = 0
-    for start in range(0, len(ids), chunk):
-        images, good, bad = _decode(ds, ids[start:start + chunk])
-        failed.update(bad)
-        if good:
-            cands = [candidates.candidates_for(class_of[sid]) for sid in good]
-            answers = [[texts.setdefault(int(c), answer_text(template, names[int(c)])) for c in cs] for cs in cands]
-            mean, total = loaded.answer_losses(images, question, answers)
-            for row, (sid, cs) in enumerate(zip(good, cands)):
-                m, s = mean[row, :len(cs)], total[row, :len(cs)]
-                if not (np.isfinite(m).all() and np.isfinite(s).all()):
-                    failed[sid] = "non-finite model output (NaN or inf answer loss)"
-                    continue
-                line = np.full(n_labels, -np.inf, dtype=np.float32)
-                line[np.asarray(cs, dtype=np.int64)] = -m
-                scores_rows.append(line)
-                kept.append(sid)
-                table["sample_id"].extend([sid] * len(cs))
-                table["label"].extend(int(c) for c in cs)
-                table["mean_nll"].extend(m.tolist())
-                table["sum_nll"].extend(s.tolist())
-        done += len(ids[start:start + chunk])
+    for result in engine.map_batches(ds, [i["sample_id"] for i in items], job):
+        failed.update(result["failed"])
+        for row, sid in enumerate(result["ids"]):
+            cs = labels_of[sid]
+            m, s = result["mean"][row, :len(cs)], result["total"][row, :len(cs)]
+            if not (np.isfinite(m).all() and np.isfinite(s).all()):
+                failed[sid] = "non-finite model output (NaN or inf answer loss)"
+                continue
+            line = np.full(n_labels, -np.inf, dtype=np.float32)
+            line[np.asarray(cs, dtype=np.int64)] = -m
+            scores_rows.append(line)
+            kept.append(sid)
+            table["sample_id"].extend([sid] * len(cs))
+            table["label"].extend(cs)
+            table["mean_nll"].extend(m.tolist())
+            table["sum_nll"].extend(s.tolist())
+        done += len(result["ids"]) + len(result["failed"])
         if progress is not None:
-            progress(done, len(ids))
+            progress(done, len(items))
     scores = np.stack(scores_rows) if scores_rows else np.zeros((0, n_labels), dtype=np.float32)
     losses = pa.table({"sample_id": pa.array(table["sample_id"], pa.string()),
                        "label": pa.array(table["label"], pa.int32()),
                        "mean_nll": pa.array(table["mean_nll"], pa.float64()),
                        "sum_nll": pa.array(table["sum_nll"], pa.float64())})
     return LvlmScores(scores=scores, sample_ids=kept, failed=failed, scored=len(kept), losses=losses, model=loaded)
+
+
+def _remote_identity(spec: Any, settings: Any) -> Any:
+    """The identity of the ``lvlm:`` model a spec names, for a driver that loads nothing (an
+    ``endpoint:`` model is refused: it already scales on its own server)."""
+    prefix, _, rest = spec.name.partition(":")
+    if prefix == "endpoint":
+        raise ValueError("an endpoint: model is scored by its server, which batches and scales on its own; run it "
+                         "with --engine local (the default) and raise --workers for more concurrent requests")
+    source = rest or spec.pretrained
+    if not source:
+        raise ValueError("name the model as lvlm:PATH_OR_REPO (a local folder or a repo in the local HF cache)")
+    from curate.lvlm.hf import lvlm_identity
+
+    return lvlm_identity(source, precision=settings.precision)

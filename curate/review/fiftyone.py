@@ -46,10 +46,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow.parquet as pq
 
 from curate import __version__
 from curate.labels import UnknownClassError
+from curate.parquetio import read_parquet_file
 from curate.review.annotation import GUIDELINE_FILE, annotation_file
 from curate.review.sync import (
     Edit,
@@ -191,7 +191,7 @@ def read_runs(ds: Dataset) -> list[RunPredictions]:
         if not path.is_file():
             continue
         try:
-            table = pq.read_table(path).to_pydict()
+            table = read_parquet_file(path).to_pydict()
         except Exception as exc:  # noqa: BLE001 - a damaged run is reported, not fatal
             log.warning("skipping run %s: %s cannot be read (%s)", run_dir.name, path, exc)
             continue

@@ -183,13 +183,13 @@ def _run_correctness(ds: Dataset, specs: Sequence[ViewSpec]) -> dict[str, dict[s
     runs = {s.run for s in specs if s.run}
     if not runs:
         return {}
-    import pyarrow.parquet as pq
+    from curate.parquetio import read_parquet_file
 
     out: dict[str, dict[str, bool]] = {}
     for run in runs:
         path = ds.root / "runs" / str(run) / "predictions.parquet"
         if path.is_file():
-            table = pq.read_table(path, columns=["sample_id", "correct1"]).to_pydict()
+            table = read_parquet_file(path, ["sample_id", "correct1"]).to_pydict()
             out[str(run)] = dict(zip(table["sample_id"], table["correct1"]))
     return out
 

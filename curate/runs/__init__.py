@@ -10,35 +10,48 @@ One record class per run kind (:class:`EvaluationRun`, :class:`ExplainRun`,
 """
 from __future__ import annotations
 
-from curate.runs.audit import AuditRun, CheckSummary
-from curate.runs.base import (
-    CONFIG_FILE,
-    RUNS_DIR,
-    RunError,
-    RunRecord,
-    create_run,
-    iter_runs,
-    list_runs,
-    load_run,
-    prepare_run_dir,
-    read_config,
-    read_parquet,
-    record_class,
-    register_run_kind,
-    run_kinds,
-    run_name,
-    slug,
-    unique_run_name,
-    write_bytes,
-    write_json,
-    write_parquet,
-)
-from curate.runs.evaluation import DropStats, EvaluationRun, GroupStats
-from curate.runs.explain import ExplainRun
-from curate.runs.fidelity import FidelityRow, FidelityRun
-from curate.runs.split import LabelSources, ReferenceDrop, SplitCell, SplitClass, SplitReference, SplitRun
-from curate.runs.vlm_explain import VlmExplainRun
-from curate.runs.vlm_quality import VlmQualityRun
+from curate.lazy import lazy_exports
+
+# Lazy (PEP 562): a stage that needs one record class does not import the others, which keeps
+# `curate evaluate` short; run_kinds()/load_run import every kind where every kind is needed.
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "CONFIG_FILE": "curate.runs.base",
+    "RUNS_DIR": "curate.runs.base",
+    "RunError": "curate.runs.base",
+    "RunRecord": "curate.runs.base",
+    "create_run": "curate.runs.base",
+    "iter_runs": "curate.runs.base",
+    "list_runs": "curate.runs.base",
+    "load_run": "curate.runs.base",
+    "prepare_run_dir": "curate.runs.base",
+    "read_config": "curate.runs.base",
+    "read_parquet": "curate.runs.base",
+    "record_class": "curate.runs.base",
+    "register_run_kind": "curate.runs.base",
+    "run_kinds": "curate.runs.base",
+    "run_name": "curate.runs.base",
+    "slug": "curate.runs.base",
+    "unique_run_name": "curate.runs.base",
+    "write_bytes": "curate.runs.base",
+    "write_json": "curate.runs.base",
+    "write_parquet": "curate.runs.base",
+    "AuditRun": "curate.runs.audit",
+    "CheckSummary": "curate.runs.audit",
+    "EvaluationRun": "curate.runs.evaluation",
+    "GroupStats": "curate.runs.evaluation",
+    "DropStats": "curate.runs.evaluation",
+    "ExplainRun": "curate.runs.explain",
+    "FidelityRun": "curate.runs.fidelity",
+    "FidelityRow": "curate.runs.fidelity",
+    "SplitRun": "curate.runs.split",
+    "SplitClass": "curate.runs.split",
+    "SplitCell": "curate.runs.split",
+    "SplitReference": "curate.runs.split",
+    "LabelSources": "curate.runs.split",
+    "ReferenceDrop": "curate.runs.split",
+    "VlmExplainRun": "curate.runs.vlm_explain",
+    "VlmQualityRun": "curate.runs.vlm_quality",
+})
 
 __all__ = [
     "CONFIG_FILE", "RUNS_DIR", "RunError", "RunRecord", "create_run", "iter_runs", "list_runs", "load_run",

@@ -26,6 +26,7 @@ from typing import Any, ClassVar, TypeVar
 
 from curate import __version__
 from curate.jsonio import read_json, write_json
+from curate.parquetio import read_parquet_file
 
 logger = logging.getLogger(__name__)
 
@@ -111,10 +112,8 @@ def write_parquet(path: Path, table: Any) -> None:
 
 def read_parquet(path: Path, columns: list[str] | None = None) -> Any:
     """Read a parquet file; missing or damaged raises :class:`RunError` naming it."""
-    import pyarrow.parquet as pq
-
     try:
-        return pq.read_table(path, columns=columns)
+        return read_parquet_file(path, columns)
     except FileNotFoundError:
         raise RunError(f"{path} does not exist (an unfinished run?)") from None
     except Exception as error:  # noqa: BLE001 - pyarrow raises several types for damaged files

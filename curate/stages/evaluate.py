@@ -277,10 +277,8 @@ def evaluate(
     ids = [r["sample_id"] for r in rows]
     lvlm = None
     if lvlm_scoring.is_lvlm_spec(model):  # answer likelihood (curate/lvlm/scoring.py), -inf outside candidates
-        if settings.engine != "local":  # refused rather than silently run in this process
-            raise ValueError(f"LVLM scoring runs on the local engine only; --engine {settings.engine} is not "
-                             "available for lvlm:/endpoint: models yet (an endpoint already scales on its server)")
-        lvlm = lvlm_scoring.lvlm_scores(ds, model, rows, candidates, settings, phase(progress, "scoring answers"))
+        lvlm = lvlm_scoring.lvlm_scores(ds, model, rows, candidates, settings, phase(progress, "scoring answers"),
+                                        engine=_engine(settings))
         loaded, scores, kept, failed, encoded = lvlm.model, lvlm.scores, lvlm.sample_ids, lvlm.failed, lvlm.scored
         prompts_config = lvlm_scoring.prompt_config(settings.question, settings.answer_template)
     else:

@@ -51,6 +51,7 @@ from PIL import Image
 
 from curate import __version__
 from curate.labels import LabelSpace, imagenet1k
+from curate.parquetio import read_parquet_file
 from curate.store import rowscan
 from curate.store import schema as S
 from curate.store.atomic import (
@@ -619,7 +620,7 @@ class Dataset:
         path = self._root / SAMPLES_FILE
         stamp = _stamp(path)
         try:
-            table = pq.read_table(path).select(list(S.COLUMN_NAMES)).cast(S.SCHEMA)
+            table = read_parquet_file(path).select(list(S.COLUMN_NAMES)).cast(S.SCHEMA)
         except Exception as exc:  # noqa: BLE001
             raise DatasetError(f"{path} cannot be read any more ({exc}); run check_dataset({str(self._root)!r})") from None
         self._set_table(table, stamp)

@@ -44,10 +44,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 import yaml
 
 from curate.labels import LabelSpace
+from curate.parquetio import read_parquet_file
 from curate.store import rowscan
 from curate.store import schema as S
 from curate.store.atomic import read_jsonl
@@ -186,7 +186,7 @@ def _load_table(root: Path, out: Inspection) -> tuple[pa.Table | None, set[str]]
         problems.append(ValidationProblem(None, None, None, f"{SAMPLES_FILE} is missing from {root}"))
         return None, set()
     try:
-        table = pq.read_table(path)
+        table = read_parquet_file(path)
     except Exception as exc:  # noqa: BLE001 - arrow raises several types for bad files
         problems.append(ValidationProblem(None, None, None, f"{SAMPLES_FILE} cannot be read as parquet: {exc}"))
         return None, set()
