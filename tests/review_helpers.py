@@ -1,7 +1,7 @@
 """Dataset folders in a review-like state, for tests/test_review_*.py (and the docs screenshot)."""
 from __future__ import annotations
 
-import io
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +15,6 @@ from curate.collect.synthetic import (
     classes_by_name,
     collect_synthetic,
 )
-from curate.runs import create_run, write_bytes
 from curate.store import Dataset
 
 CLASSES = ("polar bear", "black swan", "vulture")
@@ -60,21 +59,31 @@ def review_world(root: Path, *, per_class: int = 4, image_size: int = 32, classe
 
 
 def write_run(ds: Dataset, name: str) -> Path:
-    """A fake evaluation run: top-1 wrong (the next class) on odd rows and on hard ones, right elsewhere."""
+    """A fake evaluation run (a real EvaluationRun record): top-1 wrong (the next class) on odd
+    rows and on hard ones, right elsewhere."""
+    from curate.runs import EvaluationRun
+
     rows = ds.rows()
     classes = [r["class_index"] for r in rows]
     wrong = [i % 2 == 1 or r["group"] == "hard" for i, r in enumerate(rows)]
     labels = [[(c + 1) % 1000 if w else c, (c + 2) % 1000] for c, w in zip(classes, wrong)]
-    run_dir = create_run(ds.root, name, {"kind": "evaluate", "model": {"name": "tiny"}}, overwrite=True)
     table = pa.table({
         "sample_id": pa.array([r["sample_id"] for r in rows], pa.string()),
+        "class_index": pa.array(classes, pa.int32()),
+        "group": pa.array([r["group"] for r in rows], pa.string()),
+        "background": pa.array([r["background"] for r in rows], pa.string()),
         "topk_labels": pa.array(labels, pa.list_(pa.int32())),
         "topk_scores": pa.array([[0.8, 0.1]] * len(rows), pa.list_(pa.float32())),
         "correct1": pa.array([lab[0] == c for lab, c in zip(labels, classes)], pa.bool_()),
+        "correct5": pa.array([c in lab for lab, c in zip(labels, classes)], pa.bool_()),
     })
-    buffer = io.BytesIO()
-    pq.write_table(table, buffer)
-    write_bytes(run_dir / "predictions.parquet", buffer.getvalue())
+    record = EvaluationRun(model={"name": "tiny", "model_id": "tiny", "family": "clip"}, label_space={"name": "imagenet1k"},
+                           prompts={"name": "simple"}, settings={}, dataset={"samples": len(rows)}, metrics={},
+                           predictions_table=table)
+    run_dir = ds.root / "runs" / name
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
+    record.write(run_dir)
     return run_dir
 
 

@@ -49,7 +49,6 @@ import numpy as np
 
 from curate import __version__
 from curate.labels import UnknownClassError
-from curate.parquetio import read_parquet_file
 from curate.review.annotation import GUIDELINE_FILE, annotation_file
 from curate.review.sync import (
     Edit,
@@ -74,7 +73,7 @@ from curate.review.views import (
     load_views,
 )
 from curate.review.vocabulary import SUSPECT_PREFIX, TagVocabulary
-from curate.runs import list_runs
+from curate.runs import iter_runs
 from curate.store import Dataset
 
 log = logging.getLogger(__name__)
@@ -184,19 +183,16 @@ class RunPredictions:
 
 
 def read_runs(ds: Dataset) -> list[RunPredictions]:
-    """The runs of ``DIR/runs/`` that hold ``predictions.parquet`` (oldest first)."""
+    """The evaluation runs of ``DIR/runs/`` (oldest first), read through their typed record
+    (:class:`curate.runs.EvaluationRun`); a run that cannot be read is logged and skipped."""
     out: list[RunPredictions] = []
-    for run_dir in list_runs(ds.root):
-        path = run_dir / "predictions.parquet"
-        if not path.is_file():
-            continue
+    for run_dir, record in iter_runs(ds.root, "evaluate"):
         try:
-            table = read_parquet_file(path).to_pydict()
+            if isinstance(record, Exception):
+                raise record
+            table = record.predictions(["sample_id", "topk_labels", "topk_scores", "correct1"]).to_pydict()
         except Exception as exc:  # noqa: BLE001 - a damaged run is reported, not fatal
-            log.warning("skipping run %s: %s cannot be read (%s)", run_dir.name, path, exc)
-            continue
-        if not {"sample_id", "topk_labels", "correct1"} <= set(table):
-            log.warning("skipping run %s: predictions.parquet lacks sample_id/topk_labels/correct1", run_dir.name)
+            log.warning("skipping run %s: its predictions cannot be read (%s)", run_dir.name, exc)
             continue
         scores = table.get("topk_scores") or [None] * len(table["sample_id"])
         by_sample: dict[str, dict[str, Any]] = {}

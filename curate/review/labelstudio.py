@@ -76,7 +76,7 @@ from curate.review.sync import (
 )
 from curate.review.views import ViewSpec, expand_views, find_view, load_views
 from curate.review.vocabulary import SUSPECT_PREFIX, TagVocabulary
-from curate.runs import list_runs
+from curate.runs import iter_runs, list_runs
 from curate.store import Dataset
 
 log = logging.getLogger(__name__)
@@ -180,17 +180,13 @@ def select_samples(ds: Dataset, views: Sequence[str] | None = None, all_samples:
 
 
 def _run_correctness(ds: Dataset, specs: Sequence[ViewSpec]) -> dict[str, dict[str, bool]]:
-    runs = {s.run for s in specs if s.run}
-    if not runs:
-        return {}
-    from curate.parquetio import read_parquet_file
-
+    """``{run: {sample_id: top-1 correct}}`` for the evaluation runs the views name (their typed
+    records; a run that is missing or not an evaluation is left out, so its views match nothing)."""
+    runs = {str(s.run) for s in specs if s.run}
     out: dict[str, dict[str, bool]] = {}
-    for run in runs:
-        path = ds.root / "runs" / str(run) / "predictions.parquet"
-        if path.is_file():
-            table = read_parquet_file(path, ["sample_id", "correct1"]).to_pydict()
-            out[str(run)] = dict(zip(table["sample_id"], table["correct1"]))
+    for run_dir, record in iter_runs(ds.root, "evaluate") if runs else ():
+        if run_dir.name in runs and not isinstance(record, Exception):
+            out[run_dir.name] = record.correct1_by_sample()
     return out
 
 
