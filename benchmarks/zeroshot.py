@@ -17,7 +17,9 @@ What is timed (wall clock, images/s = images / seconds):
 - re-scoring from the command: (a) again, but as a fresh ``curate evaluate`` process (Python
   start, imports, the model's identity read from the dataset folder instead of loading the
   model: curate/engine/identity.py), against CLIP_benchmark's from-scratch run counting its
-  model load from the same weights file.
+  model load from the same weights file, and (last row, "from the command to the metrics" on
+  both sides) against CLIP_benchmark's run as a fresh process too (Python start, importing
+  torch, open_clip and CLIP_benchmark, then the same run; its image list comes from a JSON file).
 
 Every ratio is printed with ``os.getloadavg()`` (1-minute) taken just before it was measured:
 on a shared 2-core machine a load above 2 means the timings are inflated.
@@ -29,6 +31,7 @@ precision for both on a GPU). acc1 of the two first passes is printed as a sanit
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -48,7 +51,7 @@ def make_dataset(root: Path, n_images: int, size: int):
     return collect_synthetic(root, spec)
 
 
-def run_clip_benchmark(load, ds, rows, names, templates, args) -> tuple[float, float]:
+def run_clip_benchmark(load, paths, targets, names, templates, args) -> tuple[float, float]:
     """CLIP_benchmark's evaluate, timed from loading the model to the metrics."""
     from clip_benchmark.metrics import zeroshot_classification as zsc
 
@@ -59,13 +62,13 @@ def run_clip_benchmark(load, ds, rows, names, templates, args) -> tuple[float, f
         classes = names
 
         def __len__(self):
-            return len(rows)
+            return len(paths)
 
         def __getitem__(self, i):
             from PIL import Image
 
-            with Image.open(ds.image_path(rows[i]["sample_id"])) as image:
-                return preprocess(image.convert("RGB")), rows[i]["target"]
+            with Image.open(paths[i]) as image:
+                return preprocess(image.convert("RGB")), targets[i]
 
     loader = torch.utils.data.DataLoader(ImageSet(), batch_size=args.batch_size, num_workers=args.workers,
                                          pin_memory=args.device.startswith("cuda"))
@@ -73,6 +76,22 @@ def run_clip_benchmark(load, ds, rows, names, templates, args) -> tuple[float, f
     if args.device.startswith("cuda"):
         torch.cuda.synchronize()
     return time.perf_counter() - start, metrics["acc1"]
+
+
+def clip_benchmark_process(case_file: Path, args) -> None:
+    """The CLIP_benchmark side of a re-score as a user runs it: a fresh Python process that imports
+    torch, open_clip and CLIP_benchmark, loads the weights file and evaluates (the image paths,
+    targets and label names come from a plain JSON file, so no curate code runs in it)."""
+    import open_clip
+
+    case = json.loads(case_file.read_text())
+
+    def load():
+        module, _, preprocess = open_clip.create_model_and_transforms(args.model, pretrained=case["weights"],
+                                                                      device=args.device)
+        return module.eval(), preprocess, open_clip.get_tokenizer(args.model)
+
+    run_clip_benchmark(load, case["paths"], case["targets"], case["names"], case["templates"], args)
 
 
 def main() -> None:
@@ -85,7 +104,11 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=0)
     parser.add_argument("--amp", action="store_true", help="mixed precision for both tools")
     parser.add_argument("--keep", action="store_true", help="keep the temporary dataset folder")
+    parser.add_argument("--clip-benchmark-process", type=Path, help=argparse.SUPPRESS)  # internal: the child run
     args = parser.parse_args()
+    if args.clip_benchmark_process:
+        clip_benchmark_process(args.clip_benchmark_process, args)
+        return
 
     from curate.labels import imagenet1k
     from curate.models import ModelSpec, load_model
@@ -127,7 +150,8 @@ def main() -> None:
     first = evaluate(ds.root, spec, EvalSettings(**common), run_name="bench-first", overwrite=True)
     t_cu1 = time.perf_counter() - start
     print(f"curate first pass: {t_cu1:.1f} s", flush=True)
-    t_cb1, acc_cb = run_clip_benchmark(cb_load, ds, rows, names, ["A photo of {c}."], args)
+    paths = [str(ds.image_path(r["sample_id"])) for r in rows]
+    t_cb1, acc_cb = run_clip_benchmark(cb_load, paths, [r["target"] for r in rows], names, ["A photo of {c}."], args)
     print(f"CLIP_benchmark first pass: {t_cb1:.1f} s", flush=True)
 
     sub_names = [names[int(i)] for i in subset.read_text().split()]
@@ -135,7 +159,7 @@ def main() -> None:
     results = {}
     for case, prompt_file, template in (("a", None, "A photo of {c}."), ("b", caption, "a photo of a {c}.")):
         load = os.getloadavg()[0]
-        t_cb, _ = run_clip_benchmark(cb_load, ds, sub_rows, sub_names, [template], args)
+        t_cb, _ = run_clip_benchmark(cb_load, paths, [r["target"] for r in sub_rows], sub_names, [template], args)
         start = time.perf_counter()
         settings = EvalSettings(label_space=str(subset), **({"prompts": str(prompt_file)} if prompt_file else {}), **common)
         again = evaluate(ds.root, spec, settings, run_name=f"bench-rescore-{case}", overwrite=True)
@@ -154,14 +178,27 @@ def main() -> None:
     results["cli"] = (results["a"][0], t_cli, load)
     print(f"re-scoring (a) as a fresh `curate evaluate` process: {t_cli:.2f} s", flush=True)
 
+    case_file = workdir / "clip-benchmark-case.json"
+    case_file.write_text(json.dumps({"weights": str(weights), "paths": paths, "names": sub_names,
+                                     "targets": [r["target"] for r in sub_rows], "templates": ["A photo of {c}."]}))
+    load = os.getloadavg()[0]
+    start = time.perf_counter()
+    subprocess.run([sys.executable, __file__, "--model", args.model, "--device", args.device, "--batch-size",
+                    str(args.batch_size), "--workers", str(args.workers), *(["--amp"] if args.amp else []),
+                    "--clip-benchmark-process", str(case_file)], check=True, capture_output=True)
+    results["processes"] = (time.perf_counter() - start, t_cli, load)
+    print(f"re-scoring (a) by CLIP_benchmark as a fresh process: {results['processes'][0]:.1f} s", flush=True)
+
     print(f"sanity: acc1 CLIP_benchmark {acc_cb:.4f}, curate {first.metrics['overall']['acc1']:.4f}")
-    print("CLIP_benchmark is timed from loading the weights file to its metrics, curate from the library call "
-          "(or the process start) to the run folder; load = 1-minute load average before the measurement")
+    print("CLIP_benchmark is timed from loading the weights file to its metrics (last row: from its process start), "
+          "curate from the library call (or the process start) to the run folder; load = 1-minute load average "
+          "before the measurement")
     print(f"{'':44s}{'CLIP_benchmark':>16s}{'curate':>12s}{'ratio':>9s}")
     print(f"{'first pass 1 vs 1000 (img/s)':44s}{n / t_cb1:16.1f}{n / t_cu1:12.1f}{t_cb1 / t_cu1:8.1f}x   "
           f"({t_cb1:.1f} s vs {t_cu1:.1f} s; load {load1:.2f})")
     for case, label in (("a", "re-scoring, other labels (img/s)"), ("b", "re-scoring, new prompt (img/s)"),
-                        ("cli", "re-scoring, other labels, CLI process")):
+                        ("cli", "re-scoring, other labels, CLI process"),
+                        ("processes", "re-scoring, other labels, both as processes")):
         t_cb, t_cu, load = results[case]
         print(f"{label:44s}{n / t_cb:16.1f}{n / t_cu:12.1f}{t_cb / t_cu:8.1f}x   "
               f"({t_cb:.1f} s vs {t_cu:.2f} s; load {load:.2f})")

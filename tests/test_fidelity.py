@@ -466,8 +466,7 @@ def test_ffidelity_ranks_a_degraded_mask_series_on_the_synthetic_world(demo_dir)
     run = compute_fidelity(demo_dir / "world-eval", demo_dir / "models" / "reference-uncorrelated.pt",
                            FidelitySettings(methods=DEGRADED_SERIES, sparsities="0.05:0.95:0.1", samples=4,
                                             finetune_epochs=5, limit=96, score="margin", seed=0, seeds=1,
-                                            device="cpu"),
-                           write_cache=False)
+                                            device="cpu"))  # its fine-tuned copy is cached: the demo test reuses it
     corr = run.correlations["mask"]
     logging.getLogger(__name__).warning("macro Spearman vs noise: %s (fine-tuned copies cached: %s)",
                                         {m: round(v["macro"], 2) for m, v in corr.items()},
