@@ -91,20 +91,18 @@ class EncodeJob:
         return cls(model=model, kind=kind, batch_size=batch_size, factory=getattr(model, "factory", None))
 
     def remote_factory(self, device: str) -> Callable[[], Any]:
-        """The factory a remote worker calls (the model's recipe on ``device``, else the model itself)."""
-        if isinstance(self.factory, ModelFactory):
-            return ModelFactory(self.factory.name, self.factory.pretrained, device, self.factory.precision,
-                                self.factory.expected_model_id)
-        if self.factory is not None:
-            return self.factory
-        model = self.model.materialise() if hasattr(self.model, "materialise") else self.model
-        return _ShippedModel(model)
+        """The factory a remote worker calls (:func:`remote_factory` of this job's model)."""
+        return remote_factory(self.model, self.factory, device)
 
 
 def remote_factory(model: Any, factory: Callable[[], Any] | None, device: str) -> Callable[[], Any]:
     """What a remote worker loads ``model`` with: ``factory`` moved to ``device`` (a
     :class:`ModelFactory`), else ``factory``, else the driver's model shipped by value."""
-    return EncodeJob(model=model, kind="", factory=factory).remote_factory(device)
+    if isinstance(factory, ModelFactory):
+        return ModelFactory(factory.name, factory.pretrained, device, factory.precision, factory.expected_model_id)
+    if factory is not None:
+        return factory
+    return _ShippedModel(model.materialise() if hasattr(model, "materialise") else model)
 
 
 @dataclass

@@ -91,11 +91,21 @@ def load_lvlm(spec: Any, settings: Any) -> Any:
                               workers=getattr(settings, "workers", None) or 4)
     from curate.lvlm.hf import load_hf_lvlm
 
-    source = rest or spec.pretrained
+    return load_hf_lvlm(_hf_source(spec), device=settings.device, precision=settings.precision,
+                        batch_size=_model_batch(settings))
+
+
+def _hf_source(spec: Any) -> str:
+    """The folder or cached repo an ``lvlm:`` spec names."""
+    source = spec.name.partition(":")[2] or spec.pretrained
     if not source:
         raise ValueError("name the model as lvlm:PATH_OR_REPO (a local folder or a repo in the local HF cache)")
-    return load_hf_lvlm(source, device=settings.device, precision=settings.precision,
-                        batch_size=max(1, min(int(settings.batch_size), 64)))
+    return source
+
+
+def _model_batch(settings: Any) -> int:
+    """Images per prefix forward of an in-process LVLM: ``--batch-size``, capped at 64."""
+    return max(1, min(int(getattr(settings, "batch_size", 8)), 64))
 
 
 @dataclass
@@ -186,14 +196,13 @@ def lvlm_scores(ds: Any, model: Any, rows: Sequence[dict], candidates: Any, sett
     remote = getattr(engine, "name", "local") != "local"
     question = getattr(settings, "question", DEFAULT_QUESTION)
     template = getattr(settings, "answer_template", DEFAULT_ANSWER_TEMPLATE)
-    batch_size = max(1, min(int(getattr(settings, "batch_size", 8)), 64))
     if getattr(model, "kind", None) == "lvlm" and hasattr(model, "answer_losses"):
-        loaded, source = model, (getattr(model, "info", None) or {}).get("folder")
+        loaded = model
     elif remote:
-        loaded, source = _remote_identity(model, settings), None
-        source = loaded.info["folder"]
+        loaded = _remote_identity(model, settings)
     else:
-        loaded, source = load_lvlm(model, settings), None
+        loaded = load_lvlm(model, settings)
+    source = (getattr(loaded, "info", None) or {}).get("folder")
     if remote and not source:
         raise ValueError(f"{loaded.model_id} cannot be scored on --engine {engine.name}: Ray actors load an lvlm: "
                          "model from its folder, and this one has none")
@@ -210,7 +219,8 @@ def lvlm_scores(ds: Any, model: Any, rows: Sequence[dict], candidates: Any, sett
         items.append({"sample_id": r["sample_id"], "labels": cands,
                       "answers": [texts.setdefault(c, answer_text(template, names[c])) for c in cands]})
     worker = _ScoreAnswers(model=None if remote else loaded, source=source, precision=settings.precision,
-                           batch_size=batch_size, expected_model_id=loaded.model_id, question=question)
+                           batch_size=_model_batch(settings), expected_model_id=loaded.model_id,
+                           question=question)
     job = BatchJob(items=items, batch_size=IMAGES_PER_BATCH, decode=_DecodeImages(ds), worker=worker)
     labels_of = {item["sample_id"]: item["labels"] for item in items}
     scores_rows: list[np.ndarray] = []
@@ -248,13 +258,9 @@ def lvlm_scores(ds: Any, model: Any, rows: Sequence[dict], candidates: Any, sett
 def _remote_identity(spec: Any, settings: Any) -> Any:
     """The identity of the ``lvlm:`` model a spec names, for a driver that loads nothing (an
     ``endpoint:`` model is refused: it already scales on its own server)."""
-    prefix, _, rest = spec.name.partition(":")
-    if prefix == "endpoint":
+    if spec.name.partition(":")[0] == "endpoint":
         raise ValueError("an endpoint: model is scored by its server, which batches and scales on its own; run it "
                          "with --engine local (the default) and raise --workers for more concurrent requests")
-    source = rest or spec.pretrained
-    if not source:
-        raise ValueError("name the model as lvlm:PATH_OR_REPO (a local folder or a repo in the local HF cache)")
     from curate.lvlm.hf import lvlm_identity
 
-    return lvlm_identity(source, precision=settings.precision)
+    return lvlm_identity(_hf_source(spec), precision=settings.precision)

@@ -76,7 +76,7 @@ from curate.review.sync import (
 )
 from curate.review.views import ViewSpec, expand_views, find_view, load_views
 from curate.review.vocabulary import SUSPECT_PREFIX, TagVocabulary
-from curate.runs import iter_runs, list_runs
+from curate.runs import RUNS_DIR, EvaluationRun, RunError, list_runs
 from curate.store import Dataset
 
 log = logging.getLogger(__name__)
@@ -182,11 +182,12 @@ def select_samples(ds: Dataset, views: Sequence[str] | None = None, all_samples:
 def _run_correctness(ds: Dataset, specs: Sequence[ViewSpec]) -> dict[str, dict[str, bool]]:
     """``{run: {sample_id: top-1 correct}}`` for the evaluation runs the views name (their typed
     records; a run that is missing or not an evaluation is left out, so its views match nothing)."""
-    runs = {str(s.run) for s in specs if s.run}
     out: dict[str, dict[str, bool]] = {}
-    for run_dir, record in iter_runs(ds.root, "evaluate") if runs else ():
-        if run_dir.name in runs and not isinstance(record, Exception):
-            out[run_dir.name] = record.correct1_by_sample()
+    for run in {str(s.run) for s in specs if s.run}:
+        try:
+            out[run] = EvaluationRun.load(ds.root / RUNS_DIR / run).correct1_by_sample()
+        except RunError:
+            continue
     return out
 
 

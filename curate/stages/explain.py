@@ -363,7 +363,8 @@ def compute_explanations(
                           **_method_options(settings.method_options, loaded))
     factory = _model_factory(model_spec, loaded, settings)
     worker = _ExplainWorker(
-        model=loaded if engine.name == "local" or factory is None else None, factory=factory,
+        local=explainer if engine.name == "local" else None,
+        model=None if engine.name == "local" or factory is not None else loaded, factory=factory,
         method=settings.method, layer=settings.layer,
         classifier=None if classifier is None else (classifier if engine.name == "local" else classifier.cpu()),
         columns=head_columns, method_options=dict(settings.method_options), target=target,
@@ -470,13 +471,15 @@ class _MaskedDecode:
 
 
 class _ExplainWorker:
-    """``BatchJob.worker`` of the explain stage: builds the model (the driver's here; a
-    :class:`curate.engine.base.ModelFactory` or the shipped model in a Ray actor) and one
-    :class:`curate.saliency.Explainer` with the driver's text classifier, once per worker."""
+    """``BatchJob.worker`` of the explain stage: the driver's :class:`curate.saliency.Explainer`
+    on the local engine (``local``); in a Ray actor, the model (a
+    :class:`curate.engine.base.ModelFactory`, or the driver's model shipped by value) and one
+    Explainer with the driver's text classifier, built once per actor."""
 
-    def __init__(self, *, model: LoadedModel | None, factory: Any, method: str, layer: str | None,
-                 classifier: torch.Tensor | None, columns: list[int] | None, method_options: dict[str, Any],
-                 target: Target, batch_size: int) -> None:
+    def __init__(self, *, local: Any | None, model: LoadedModel | None, factory: Any, method: str,
+                 layer: str | None, classifier: torch.Tensor | None, columns: list[int] | None,
+                 method_options: dict[str, Any], target: Target, batch_size: int) -> None:
+        self.local = local
         self.model, self.factory, self.method, self.layer = model, factory, method, layer
         self.classifier, self.columns, self.method_options = classifier, columns, method_options
         self.target, self.batch_size = target, batch_size
@@ -485,10 +488,9 @@ class _ExplainWorker:
         from curate.engine.base import remote_factory
         from curate.saliency.engine import Explainer
 
-        if device == "auto" and self.model is not None:
-            model = self.model  # the local engine: the driver's model, no copy
-        else:
-            model = remote_factory(self.model, self.factory, device)()
+        if device == "auto" and self.local is not None:  # the local engine: the driver's model and explainer
+            return _ExplainBatches(self.local, self.target, self.batch_size, to_cpu=False)
+        model = remote_factory(self.model, self.factory, device)()
         explainer = Explainer(model, self.method, layer=self.layer, classifier=self.classifier, columns=self.columns,
                               **_method_options(self.method_options, model))
         return _ExplainBatches(explainer, self.target, self.batch_size, to_cpu=device != "auto")
