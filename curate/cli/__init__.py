@@ -34,7 +34,7 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "audit": ("audit",), "check": ("dataset",), "collect": ("collect", "collect_sources", "webdataset"),
     "compare": ("evaluate",), "create": ("dataset",), "demo": ("demo",), "evaluate": ("evaluate",),
     "explain": ("explain",), "export": ("split",), "fidelity": ("fidelity",), "info": ("dataset",),
-    "label-backgrounds": ("split",), "models": ("models",), "publish": ("publish",), "report": ("publish",),
+    "label-backgrounds": ("split",), "models": ("models",), "propose-masks": ("masks",), "publish": ("publish",), "report": ("publish",),
     "review": ("review",), "split": ("split",), "train-reference": ("models",), "vlm-explain": ("vlm",),
     "vlm-quality": ("vlm",),
 }

@@ -43,6 +43,7 @@ __getattr__, __dir__ = lazy_exports(__name__, {
     "ExplainRun": "curate.runs.explain",
     "FidelityRun": "curate.runs.fidelity",
     "FidelityRow": "curate.runs.fidelity",
+    "MaskRun": "curate.runs.masks",
     "SplitRun": "curate.runs.split",
     "SplitClass": "curate.runs.split",
     "SplitCell": "curate.runs.split",
@@ -59,6 +60,6 @@ __all__ = [
     "slug", "unique_run_name", "write_bytes", "write_json", "write_parquet",
     "AuditRun", "CheckSummary",
     "EvaluationRun", "GroupStats", "DropStats",
-    "ExplainRun", "FidelityRun", "FidelityRow", "SplitRun", "SplitClass", "SplitCell", "SplitReference", "LabelSources", "ReferenceDrop",
+    "ExplainRun", "FidelityRun", "FidelityRow", "MaskRun", "SplitRun", "SplitClass", "SplitCell", "SplitReference", "LabelSources", "ReferenceDrop",
     "VlmExplainRun", "VlmQualityRun",
 ]

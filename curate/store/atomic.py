@@ -93,13 +93,14 @@ def atomic_write(
     _replace_via(_tmp_path(root, target), target, write, fsync=fsync, sync_dir=sync_dir)
 
 
-def atomic_write_beside(target: Path, data: bytes) -> None:
+def atomic_write_beside(target: Path, data: bytes, *, fsync: bool = True) -> None:
     """:func:`atomic_write` of bytes for a file outside any dataset's ``.tmp`` (run folders,
-    exports, caches): the temp file is a hidden sibling of ``target``, fsync-ed, then renamed."""
+    exports, caches): the temp file is a hidden sibling of ``target``, fsync-ed (unless
+    ``fsync=False``: a later :func:`durability_barrier` flushes many at once), then renamed."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-    _replace_via(tmp, target, lambda handle: handle.write(data), fsync=True, sync_dir=False)
+    _replace_via(tmp, target, lambda handle: handle.write(data), fsync=fsync, sync_dir=False)
 
 
 def _replace_via(tmp: Path, target: Path, write: Callable[[BinaryIO], None], *, fsync: bool, sync_dir: bool) -> None:

@@ -1,0 +1,102 @@
+"""``curate propose-masks``: a segmentation model proposes object masks; ``--measure`` scores them."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from curate.cli import StageProgress, err, main, out, progress
+from curate.cli.options import batch_options, device_options, engine_options, run_options
+
+MODEL_HELP = ("clipseg:PATH | sam3:PATH | sam:PATH+owlv2:PATH | sam:PATH+grounding-dino:PATH | cam:<CLIP weights "
+              "file or name> (PATH: a local model folder or a repo id in the local Hugging Face cache; nothing is "
+              "downloaded)")
+
+
+@main.command("propose-masks")
+@click.argument("directory", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.option("--model", default=None, help=f"The mask model: {MODEL_HELP}.")
+@click.option("--prompt", default=None,
+              help="Text template with {} for the class name (default: '{}' for sam3, 'a photo of a {}.' otherwise).")
+@click.option("--threshold", type=float, default=0.5, show_default=True,
+              help="Per-pixel probability (clipseg, cam) or instance/box score (sam3, sam+detector) a mask needs.")
+@click.option("--only-missing", is_flag=True, help="Only samples with no mask at all (default: every sample in scope; "
+                                                     "human and exact masks are never overwritten, only compared).")
+@click.option("--retry-rejected", is_flag=True, help="Also samples whose proposal a reviewer rejected (mask:bad).")
+@click.option("--limit", type=int, default=None, help="At most N samples (to try a model first).")
+@click.option("--measure", is_flag=True, help="Write nothing: score a run's proposals against human or exact masks "
+                                               "(mean IoU, IoU>=0.5/0.75, boundary F, baselines) and count verdicts.")
+@click.option("--run", "run", default=None, help="With --measure: the run to score (default: the newest).")
+@click.option("--json", "as_json", is_flag=True, help="With --measure: print the figures as JSON.")
+@device_options
+@batch_options(batch_size=16)
+@engine_options
+@run_options
+def propose_masks_cmd(directory: Path, model: str | None, prompt: str | None, threshold: float, only_missing: bool,
+                      retry_rejected: bool, limit: int | None, measure: bool, run: str | None, as_json: bool,
+                      device: str, precision: str, batch_size: int, workers: int | None, engine: str,
+                      ray_address: str | None, gpus_per_worker: float, run_name: str | None,
+                      overwrite: bool) -> None:
+    """Propose an object mask per photo (models propose, people verify in `curate review`).
+
+    Proposals become masks with mask_status model:<id> where no human or exact mask exists;
+    SSS, RMA, clarity, fidelity's mask method and composites ignore them until a reviewer
+    accepts them (or --allow-model-masks).
+    """
+    from curate.stages.propose_masks import ProposeMasksSettings, measure_masks, propose_masks
+
+    if measure:
+        from curate.masks.measure import format_measurement, format_verdicts
+
+        measurement, verdicts = measure_masks(directory, run)
+        if as_json:
+            out().print_json(json.dumps({"measurement": None if measurement is None else measurement.as_dict(),
+                                         "review": verdicts.as_dict()}))
+            return
+        if measurement is None:
+            out().print("nothing to measure against: no proposal of this run lies beside a human or exact mask that "
+                        "the model was not tuned on (propose without --only-missing on photos people have masked)",
+                        highlight=False)
+        else:
+            out().print(format_measurement(measurement), highlight=False)
+        out().print(format_verdicts(verdicts), highlight=False)
+        return
+    if not model:
+        raise click.UsageError("give --model (e.g. clipseg:~/models/clipseg-rd64-refined), or --measure")
+    if model.partition(":")[0] != "cam":
+        prefix, _, rest = model.partition(":")
+        model = f"{prefix}:{_expand(rest)}"
+    settings = ProposeMasksSettings(prompt=prompt, threshold=threshold, only_missing=only_missing,
+                                    retry_rejected=retry_rejected, limit=limit, device=device, precision=precision,
+                                    batch_size=batch_size, workers=workers, engine=engine, ray_address=ray_address,
+                                    gpus_per_worker=gpus_per_worker)
+    with progress() as bar:
+        record = propose_masks(directory, model, settings, run_name=run_name, overwrite=overwrite,
+                               progress=StageProgress(bar))
+    c = record.counts
+    out().print(f"{record.model_id}: {c.get('found', 0)} of {c.get('in_scope', 0)} photos got a proposal "
+                f"({c.get('applied', 0)} written as masks to verify, {c.get('kept_trusted', 0)} kept only in the run "
+                f"beside a human or exact mask); nothing found in {c.get('nothing_found', 0)}, "
+                f"{c.get('wrong_size', 0)} refused for their size, {c.get('failed', 0)} failed"
+                + (f"; {c['resumed']} from the interrupted run" if c.get("resumed") else ""), highlight=False)
+    skipped = {k[len('skipped_'):]: v for k, v in c.items() if k.startswith("skipped_") and v}
+    if skipped:
+        out().print("not in scope: " + ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in skipped.items()),
+                    highlight=False)
+    out().print(f"run: {record.run_dir}  (check them: `curate review push {directory} ...`; "
+                f"score them: `curate propose-masks {directory} --measure --run {record.name}`)", highlight=False)
+    if c.get("failed"):
+        err().print(f"[yellow]{c['failed']} image(s) failed[/]; reasons in {record.run_dir}/proposals.parquet")
+
+
+def _expand(parts: str) -> str:
+    """``~`` expanded in each folder of a spec's ``PATH`` / ``PATH+detector:PATH``."""
+    out_parts = []
+    for piece in parts.split("+"):
+        name, colon, folder = piece.partition(":")
+        if colon and name in ("owlv2", "grounding-dino"):
+            out_parts.append(f"{name}:{Path(folder).expanduser() if folder.startswith('~') else folder}")
+        else:
+            out_parts.append(str(Path(piece).expanduser()) if piece.startswith("~") else piece)
+    return "+".join(out_parts)

@@ -1,0 +1,160 @@
+"""Where a sample's object mask came from, and whether a mask-based number may use it.
+
+This is the one mask API that every mask consumer shares (docs/design.md#masks): SSS and RMA
+(``curate explain``), the clarity check (``curate audit``), fidelity's ``mask`` method, composites
+and the interventions all ask :func:`is_trusted` / :func:`trusted_rows`, and every table that
+uses masks prints :meth:`MaskCounts.line`.
+
+The source of a mask is read from the ``mask_status`` column (schema v1 keeps its columns; the
+issue's ``mask_source`` is this column's vocabulary, see docs/design.md#masks):
+
+====================================  ==========  =============================================
+``mask_status``                       source      trusted by default
+====================================  ==========  =============================================
+``synthetic``, ``coco``, ``exact``    exact       yes: drawn by the generator / the annotator
+``human``, ``ok``, ``reviewed``,      human       yes: painted or verified by a person
+any other text, or null
+``model:<model id>`` (or ``model``)   model       no: an unverified proposal of
+                                                  ``curate propose-masks``; only with
+                                                  ``allow_model_masks``
+``bad``                               rejected    no: a reviewer said the mask is wrong
+====================================  ==========  =============================================
+
+A model proposal that a reviewer accepts (``mask:ok``) or repaints becomes ``ok`` / ``human``,
+i.e. human: the person is the one vouching for it. A mask with an unknown status (folders
+written before this vocabulary, or a user's own text) counts as human, since only
+``propose-masks`` writes ``model:`` statuses.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "EXACT_STATUSES", "HUMAN_STATUSES", "MODEL_PREFIX", "REJECTED_STATUS", "MASK_SCORE_KEY", "MASK_RUN_KEY",
+    "SOURCES", "MaskCounts", "mask_source", "model_status", "model_id_of", "is_trusted", "trusted_rows",
+    "mask_counts",
+]
+
+#: Statuses of masks drawn exactly (the synthetic generator, COCO's annotators, composites).
+EXACT_STATUSES: tuple[str, ...] = ("synthetic", "coco", "exact")
+#: Statuses a person gives (a painted mask, a verified proposal, a reviewed mask).
+HUMAN_STATUSES: tuple[str, ...] = ("human", "ok", "reviewed")
+#: ``mask_status`` of a model proposal: ``model:<model id>``.
+MODEL_PREFIX = "model:"
+#: ``mask_status`` of a mask a reviewer judged wrong (``mask:bad``).
+REJECTED_STATUS = "bad"
+#: Keys in a row's ``extra`` JSON: the proposal's score and the propose-masks run that wrote it.
+MASK_SCORE_KEY = "mask_score"
+MASK_RUN_KEY = "mask_run"
+#: The sources, in the order tables print them.
+SOURCES: tuple[str, ...] = ("human", "exact", "model", "rejected")
+
+
+def model_status(model_id: str) -> str:
+    """The ``mask_status`` of a proposal by ``model_id``: ``model:<model_id>``."""
+    if not model_id:
+        raise ValueError("a model proposal needs the model's id")
+    return f"{MODEL_PREFIX}{model_id}"
+
+
+def model_id_of(status: str | None) -> str | None:
+    """The model id of a ``model:<id>`` status (``""`` for a bare ``model``), else None."""
+    if status == "model":
+        return ""
+    if isinstance(status, str) and status.startswith(MODEL_PREFIX):
+        return status[len(MODEL_PREFIX):]
+    return None
+
+
+def mask_source(row: Mapping[str, Any]) -> str | None:
+    """``human`` | ``exact`` | ``model`` | ``rejected`` for a row with a mask; None without one."""
+    if row.get("mask_path") is None:
+        return None
+    status = row.get("mask_status")
+    if status in EXACT_STATUSES:
+        return "exact"
+    if model_id_of(status) is not None:
+        return "model"
+    if status == REJECTED_STATUS:
+        return "rejected"
+    return "human"
+
+
+def is_trusted(row: Mapping[str, Any], *, allow_model_masks: bool = False) -> bool:
+    """Whether a mask-based number may use this row's mask: human and exact masks always, model
+    proposals only with ``allow_model_masks``, rejected masks and rows without a mask never."""
+    source = mask_source(row)
+    return source in ("human", "exact") or (source == "model" and allow_model_masks)
+
+
+@dataclass
+class MaskCounts:
+    """How many masks of each source a number used, and how many it left out.
+
+    ``used`` counts by source the masks that went into the number; ``skipped_model`` the
+    unverified proposals left out (no ``--allow-model-masks``); ``skipped_rejected`` the masks
+    reviewers marked bad.
+    """
+
+    used: dict[str, int] = field(default_factory=lambda: {"human": 0, "exact": 0, "model": 0})
+    skipped_model: int = 0
+    skipped_rejected: int = 0
+    allow_model_masks: bool = False
+
+    @property
+    def total(self) -> int:
+        return sum(self.used.values())
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"human": self.used["human"], "exact": self.used["exact"], "model": self.used["model"],
+                "skipped_model": self.skipped_model, "skipped_rejected": self.skipped_rejected,
+                "allow_model_masks": self.allow_model_masks}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> MaskCounts:
+        data = data or {}
+        return cls(used={k: int(data.get(k, 0) or 0) for k in ("human", "exact", "model")},
+                   skipped_model=int(data.get("skipped_model", 0) or 0),
+                   skipped_rejected=int(data.get("skipped_rejected", 0) or 0),
+                   allow_model_masks=bool(data.get("allow_model_masks", False)))
+
+    def line(self) -> str:
+        """One line for a table's caption, e.g. ``masks: 40 human, 300 exact (synthetic / COCO),
+        0 model-made; 12 unverified model proposals left out (--allow-model-masks uses them)``."""
+        text = (f"masks: {self.used['human']} human, {self.used['exact']} exact (synthetic / COCO), "
+                f"{self.used['model']} model-made")
+        if self.used["model"]:
+            text += " (unverified proposals, used with --allow-model-masks)"
+        notes = []
+        if self.skipped_model:
+            notes.append(f"{self.skipped_model} unverified model proposals left out (--allow-model-masks uses them)")
+        if self.skipped_rejected:
+            notes.append(f"{self.skipped_rejected} masks marked bad by reviewers left out")
+        return text + ("; " + "; ".join(notes) if notes else "")
+
+
+def trusted_rows(rows: Iterable[Mapping[str, Any]], *, allow_model_masks: bool = False
+                 ) -> tuple[list[Mapping[str, Any]], MaskCounts]:
+    """The rows whose mask a mask-based number may use (:func:`is_trusted`), in order, and the
+    :class:`MaskCounts` of what was used and left out. Rows without a mask are neither."""
+    kept: list[Mapping[str, Any]] = []
+    counts = MaskCounts(allow_model_masks=allow_model_masks)
+    for row in rows:
+        source = mask_source(row)
+        if source is None:
+            continue
+        if source == "rejected":
+            counts.skipped_rejected += 1
+        elif source == "model" and not allow_model_masks:
+            counts.skipped_model += 1
+        else:
+            counts.used[source] += 1
+            kept.append(row)
+    return kept, counts
+
+
+def mask_counts(rows: Iterable[Mapping[str, Any]], *, allow_model_masks: bool = False) -> MaskCounts:
+    """:class:`MaskCounts` of ``rows`` (what :func:`trusted_rows` would use and leave out)."""
+    return trusted_rows(rows, allow_model_masks=allow_model_masks)[1]

@@ -1,0 +1,454 @@
+"""The propose-masks stage: a segmentation model proposes object masks, people verify them.
+
+``propose_masks(dataset, model, settings)`` runs a mask backend (:mod:`curate.masks.backends`:
+CLIPSeg, SAM 3, OWLv2/Grounding DINO + SAM, or a CLIP's own CAM) on every sample in scope, with
+the class name through ``settings.prompt`` as the text, and writes a :class:`curate.runs.MaskRun`
+(docs/design.md#masks):
+
+- every proposal goes to the run folder (``runs/<name>/masks/<sample_id>.png`` and a row of
+  ``proposals.parquet``: found, score, reason, applied);
+- a proposal becomes the sample's mask in the dataset (``mask_status = model:<model id>``,
+  ``extra.mask_score``, ``extra.mask_run``) only where the sample has no human or exact mask:
+  those are never overwritten (:mod:`curate.masks.sources`); an earlier model proposal is
+  replaced;
+- a photo where nothing is found gets no mask and a counted reason (never an empty mask); a
+  proposal whose size is not the image's is refused and counted; a photo that does not decode
+  is counted with its error;
+- scope: every sample with a class that is not rejected; ``only_missing`` keeps the samples with
+  no mask at all; samples whose proposal a reviewer rejected (``mask_status = bad``, no mask) are
+  left alone unless ``retry_rejected``.
+
+Batches run on the engine seam (:mod:`curate.engine`: one model load per worker; Ray actors
+load the model from its folders, the driver loads nothing). Each finished batch is written at
+once (its masks into the dataset in ONE table commit, :meth:`curate.store.Dataset.set_masks`,
+and its rows to ``runs/<name>/parts/``), so an interrupted run keeps its finished masks and
+the same ``run_name`` resumes it, proposing only the rest.
+
+:func:`measure_masks` scores a run's proposals against human or exact masks (mean IoU, IoU >= 0.5
+/ 0.75, boundary F, beside the centre-box and whole-image baselines) and counts the reviewers'
+verdicts (:mod:`curate.masks.measure`).
+"""
+from __future__ import annotations
+
+import io
+import logging
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from curate.engine import make_engine
+from curate.masks.sources import MASK_RUN_KEY, MASK_SCORE_KEY, REJECTED_STATUS, mask_source, model_status
+from curate.progress import Progress, report
+from curate.runs.base import CONFIG_FILE, RUNS_DIR, prepare_run_dir, read_parquet, unique_run_name, write_bytes
+from curate.runs.base import run_name as default_run_name
+from curate.runs.masks import MaskRun, proposals_table
+from curate.stages.common import check_device, open_dataset
+from curate.store.atomic import atomic_write_beside, durability_barrier
+
+__all__ = ["ProposeMasksSettings", "propose_masks", "measure_masks", "DEFAULT_PROMPTS"]
+
+logger = logging.getLogger(__name__)
+
+#: Default text per backend: SAM 3 and the box detectors take a noun phrase; CLIPSeg and CAM a
+#: CLIP-style sentence (their text towers were trained on captions).
+DEFAULT_PROMPTS: dict[str, str] = {"clipseg": "a photo of a {}.", "cam": "a photo of a {}.", "sam3": "{}",
+                                   "grounded": "a photo of a {}."}
+#: The file that marks an unfinished run as resumable: the model and settings it was started with.
+PENDING_FILE = "pending.json"
+#: Samples (or seconds) between two commits of proposals into the dataset: a commit rewrites
+#: samples.parquet, so committing every batch would make 10,000 masks cost 600+ table writes.
+APPLY_EVERY = 256
+APPLY_SECONDS = 30.0
+
+
+@dataclass
+class ProposeMasksSettings:
+    """How to propose (CLI options of ``curate propose-masks`` map one to one)."""
+
+    prompt: str | None = None  # template with {} for the class name; None: DEFAULT_PROMPTS[backend]
+    threshold: float = 0.5  # per-pixel probability (clipseg, cam) or instance / box score (sam3, grounded)
+    only_missing: bool = False  # only samples with no mask at all
+    retry_rejected: bool = False  # also samples whose proposal a reviewer rejected
+    limit: int | None = None  # at most N samples (in file order), e.g. to try a model first
+    device: str = "auto"
+    precision: str = "fp32"
+    batch_size: int = 16  # images per engine batch (one model forward per batch)
+    workers: int | None = None  # local: decoding processes; ray: model actors
+    engine: str = "local"
+    ray_address: str | None = None
+    gpus_per_worker: float = 0.0
+
+
+def _class_text(name: str) -> str:
+    """The class name as a prompt word: the first of ImageNet's comma-separated synonyms."""
+    return str(name).split(",")[0].strip()
+
+
+def _prompt_template(settings: ProposeMasksSettings, backend: str) -> str:
+    template = settings.prompt if settings.prompt is not None else DEFAULT_PROMPTS[backend]
+    if "{}" not in template:
+        raise ValueError(f"--prompt {template!r} has no '{{}}' for the class name")
+    return template
+
+
+class _DecodeImages:
+    """``BatchJob.decode``: one batch of items -> the images that decoded, their items, the failures."""
+
+    def __init__(self, ds: Any) -> None:
+        self.ds = ds
+
+    def __call__(self, items: list[dict[str, Any]]) -> dict[str, Any]:
+        images, good, failed = [], [], {}
+        for item in items:
+            try:
+                images.append(self.ds.load_image(item["sample_id"]))
+                good.append(item)
+            except Exception as error:  # noqa: BLE001 - reported per sample, never fatal
+                failed[item["sample_id"]] = f"image_unreadable: {type(error).__name__}: {error}"[:300]
+        return {"images": images, "items": good, "failed": failed}
+
+
+class _ProposeWorker:
+    """``BatchJob.worker``: the driver's proposer on the local engine, else the model loaded once
+    in the worker (a Ray actor) from its spec and checked against the driver's model id."""
+
+    def __init__(self, *, proposer: Any | None, spec: str, precision: str, batch_size: int, expected_model_id: str,
+                 threshold: float) -> None:
+        self.proposer, self.spec, self.precision = proposer, spec, precision
+        self.batch_size, self.expected_model_id, self.threshold = batch_size, expected_model_id, threshold
+
+    def __call__(self, device: str) -> Any:
+        if device == "auto" and self.proposer is not None:
+            proposer = self.proposer
+        else:
+            from curate.masks.backends.base import load_mask_model
+
+            proposer = load_mask_model(self.spec, device=device, precision=self.precision,
+                                       batch_size=self.batch_size)
+            if proposer.model_id != self.expected_model_id:
+                raise RuntimeError(f"a worker loaded {proposer.model_id} for {self.spec}, but the driver has "
+                                   f"{self.expected_model_id}: the model folder differs on that node")
+        return _ProposeBatch(proposer, self.threshold)
+
+
+class _ProposeBatch:
+    """One batch: ``{"items", "proposals", "failed"}`` for the images that decoded."""
+
+    def __init__(self, proposer: Any, threshold: float) -> None:
+        self.proposer, self.threshold = proposer, threshold
+
+    def __call__(self, payload: dict[str, Any]) -> dict[str, Any]:
+        items = payload["items"]
+        proposals = self.proposer.propose(payload["images"], [i["prompt"] for i in items], self.threshold) \
+            if items else []
+        if len(proposals) != len(items):
+            raise RuntimeError(f"the mask model returned {len(proposals)} proposals for {len(items)} images")
+        return {"items": items, "proposals": [(p.mask, p.score, p.reason) for p in proposals],
+                "failed": payload["failed"]}
+
+
+def _png(mask: np.ndarray) -> bytes:
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.fromarray(mask.astype(np.uint8), mode="L").save(buffer, "PNG", compress_level=1)
+    return buffer.getvalue()
+
+
+def _check_proposal(mask: Any, width: int, height: int) -> tuple[np.ndarray | None, str | None]:
+    """A proposal as a 0/1 uint8 array, or None and why it is refused (wrong size, empty)."""
+    if mask is None:
+        return None, None
+    array = np.asarray(mask)
+    if array.ndim != 2 or array.shape != (height, width):
+        return None, f"wrong_size: the proposal is {tuple(array.shape)[::-1]} (w x h), the image {width}x{height}"
+    array = (array != 0).astype(np.uint8)
+    if not array.any():
+        return None, "nothing_found: the proposal is empty"
+    return array, None
+
+
+def _resolve_model(model: Any, settings: ProposeMasksSettings, remote: bool) -> tuple[Any, str, str, dict, str]:
+    """``(proposer or None, spec text, model_id, info, backend)`` for a spec or a loaded proposer."""
+    from curate.masks.backends.base import MaskModelSpec, load_mask_model, mask_model_identity, parse_mask_spec
+
+    if hasattr(model, "propose") and hasattr(model, "model_id"):
+        info = dict(getattr(model, "info", {}) or {})
+        spec_text = str(info.get("spec") or getattr(model, "spec", "") or "")
+        if remote and not spec_text:
+            raise ValueError(f"{model.model_id} was passed loaded and names no spec: Ray workers load a mask model "
+                             "from its spec; pass the spec (e.g. clipseg:PATH) instead")
+        backend = str(info.get("backend") or (parse_mask_spec(spec_text).backend if spec_text else "clipseg"))
+        return model, spec_text, model.model_id, info, backend
+    spec = model if isinstance(model, MaskModelSpec) else parse_mask_spec(str(model))
+    if remote:
+        model_id, info = mask_model_identity(spec, precision=settings.precision)
+        return None, spec.text, model_id, info, spec.backend
+    proposer = load_mask_model(spec, device=settings.device, precision=settings.precision,
+                               batch_size=settings.batch_size)
+    return proposer, spec.text, proposer.model_id, dict(proposer.info), spec.backend
+
+
+def _tuned_on(info: dict[str, Any]) -> list[str]:
+    """The sample ids the model's folder says it was trained on (curate's fine-tuning record)."""
+    folders = info.get("folders")
+    if not isinstance(folders, dict) or not folders:
+        return []
+    from curate.masks.train import read_tuned_on
+
+    ids: set[str] = set()
+    for value in folders.values():
+        try:
+            ids |= read_tuned_on(Path(value))
+        except (OSError, ValueError):
+            continue
+    return sorted(ids)
+
+
+def _claim(root: Path, run_name: str | None, label: str, overwrite: bool, pending: dict[str, Any]
+           ) -> tuple[Path, bool]:
+    """The run folder and whether it resumes an interrupted run of the same model and settings."""
+    from curate.jsonio import read_json
+
+    if run_name:
+        path = root / RUNS_DIR / run_name
+        if path.is_dir() and not (path / CONFIG_FILE).is_file() and (path / PENDING_FILE).is_file() and not overwrite:
+            try:
+                before = read_json(path / PENDING_FILE)
+            except ValueError:
+                before = None
+            if before == pending:
+                return path, True
+            raise FileExistsError(f"run {path} is an unfinished run of another model or other settings; choose "
+                                  "another --run-name or pass --overwrite")
+        path = prepare_run_dir(root, run_name, overwrite=overwrite)
+        if overwrite:
+            for stale in (path / MaskRun.PARTS, path / MaskRun.MASKS):
+                if stale.is_dir():
+                    for file in stale.iterdir():
+                        file.unlink()
+        return path, False
+    return prepare_run_dir(root, unique_run_name(root, default_run_name("masks", label))), False
+
+
+def propose_masks(
+    dataset: Any, model: Any, settings: ProposeMasksSettings | None = None, *, run_name: str | None = None,
+    overwrite: bool = False, progress: Progress | None = None,
+) -> MaskRun:
+    """Propose a mask for every sample in scope; see the module docstring.
+
+    Args:
+        dataset: a :class:`curate.store.Dataset` or its folder.
+        model: a mask model spec (``clipseg:PATH``, ``sam3:PATH``, ``sam:PATH+owlv2:PATH``,
+            ``sam:PATH+grounding-dino:PATH``, ``cam:<clip spec>``) or a loaded proposer.
+        settings: :class:`ProposeMasksSettings`.
+        run_name: the run folder's name (default ``masks-<model>-<time>``); an unfinished run of
+            that name with the same model and settings is resumed.
+        overwrite: replace a finished run of that name.
+        progress: :class:`curate.progress.Progress` (phase "proposing masks").
+    """
+    from curate.engine.base import BatchJob
+    from curate.jsonio import write_json
+
+    settings = settings or ProposeMasksSettings()
+    if not 0.0 <= settings.threshold <= 1.0:
+        raise ValueError(f"--threshold must be in [0, 1], got {settings.threshold}")
+    if settings.batch_size < 1:
+        raise ValueError(f"--batch-size must be >= 1, got {settings.batch_size}")
+    check_device(settings.device)
+    engine = make_engine(settings.engine, workers=settings.workers, ray_address=settings.ray_address,
+                         gpus_per_worker=settings.gpus_per_worker)
+    remote = getattr(engine, "name", "local") != "local"
+    ds = open_dataset(dataset)
+    proposer, spec_text, model_id, info, backend = _resolve_model(model, settings, remote)
+    template = _prompt_template(settings, backend)
+    status = model_status(model_id)
+    scope, skipped = _scope(ds.rows(), settings)
+    config_settings = {**asdict(settings), "prompt": template}
+    pending = {"model_id": model_id, "settings": {k: v for k, v in config_settings.items()
+                                                  if k not in ("workers", "engine", "ray_address", "gpus_per_worker",
+                                                               "device", "batch_size")}}
+    run_dir, resumed = _claim(ds.root, run_name, model_id.split("@")[0], overwrite, pending)
+    write_json(run_dir / PENDING_FILE, pending)
+    (run_dir / MaskRun.PARTS).mkdir(exist_ok=True)
+    (run_dir / MaskRun.MASKS).mkdir(exist_ok=True)
+    done_rows = _read_parts(run_dir) if resumed else []
+    done_ids = {r["sample_id"] for r in done_rows}
+    names = ds.label_space.names
+    items = [{"sample_id": r["sample_id"], "class_index": int(r["class_index"]), "width": int(r["width"]),
+              "height": int(r["height"]), "prompt": template.replace("{}", _class_text(names[int(r["class_index"])]))}
+             for r in scope if r["sample_id"] not in done_ids]
+    worker = _ProposeWorker(proposer=None if remote else proposer, spec=spec_text, precision=settings.precision,
+                            batch_size=settings.batch_size, expected_model_id=model_id,
+                            threshold=settings.threshold)
+    job = BatchJob(items=items, batch_size=settings.batch_size, decode=_DecodeImages(ds), worker=worker)
+    part = len(list((run_dir / MaskRun.PARTS).glob("part-*.parquet")))
+    started = time.perf_counter()
+    done = len(done_ids)
+    total = len(scope)
+    report(progress, done, total, "proposing masks")
+    writer = _Writer(ds, run_dir, status, part)
+    try:
+        for result in engine.map_batches(ds, [i["sample_id"] for i in items], job):
+            rows = writer.add(result)
+            done_rows.extend(rows)
+            done += len(rows)
+            report(progress, done, total, "proposing masks")
+    finally:  # an interrupted run (Ctrl-C, an error) keeps every finished proposal
+        writer.flush()
+    seconds = time.perf_counter() - started
+    table = proposals_table(sorted(done_rows, key=lambda r: r["sample_id"]))
+    reasons = Counter(str(r["reason"]).split(":")[0] for r in done_rows if not r["found"])
+    counts = {"in_scope": total, "found": sum(1 for r in done_rows if r["found"]),
+              "nothing_found": reasons.get("nothing_found", 0), "wrong_size": reasons.get("wrong_size", 0),
+              "failed": sum(v for k, v in reasons.items() if k not in ("nothing_found", "wrong_size")),
+              "applied": sum(1 for r in done_rows if r["applied"]),
+              "kept_trusted": sum(1 for r in done_rows if r["found"] and not r["applied"]),
+              "resumed": len(done_ids), **{f"skipped_{k}": v for k, v in skipped.items()}}
+    record = MaskRun(config={
+        "model": {"spec": spec_text, "model_id": model_id, "backend": backend, "info": info},
+        "settings": config_settings,
+        "dataset": {"name": ds.name, "samples": len(ds), "in_scope": total},
+        "counts": counts, "reasons": dict(reasons), "seconds": round(seconds, 3),
+        "tuned_on": _tuned_on(info),
+    }, proposals_rows=table)
+    record.write(run_dir)
+    for file in (run_dir / MaskRun.PARTS).glob("part-*.parquet"):
+        file.unlink()
+    (run_dir / MaskRun.PARTS).rmdir()
+    (run_dir / PENDING_FILE).unlink()
+    ds.record_provenance("propose_masks", {"run": run_dir.name, "model_id": model_id, "prompt": template,
+                                           "threshold": settings.threshold, "applied": counts["applied"]})
+    return record
+
+
+def _scope(rows: list[dict[str, Any]], settings: ProposeMasksSettings) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """The rows to propose for, and how many were left out and why."""
+    skipped: Counter[str] = Counter()
+    scope = []
+    for row in rows:
+        if row["class_index"] is None:
+            skipped["no_class"] += 1
+        elif row["status"] == "rejected":
+            skipped["rejected_sample"] += 1
+        elif row["mask_path"] is None and row["mask_status"] == REJECTED_STATUS and not settings.retry_rejected:
+            skipped["rejected_proposal"] += 1
+        elif settings.only_missing and row["mask_path"] is not None:
+            skipped["has_mask"] += 1
+        else:
+            scope.append(row)
+    if settings.limit is not None:
+        skipped["over_limit"] += max(0, len(scope) - settings.limit)
+        scope = scope[:settings.limit]
+    return scope, dict(skipped)
+
+
+class _Writer:
+    """Writes finished batches: each proposal's PNG to the run folder at once; the dataset's
+    masks (one :meth:`~curate.store.Dataset.set_masks` commit) and a ``parts/`` file every
+    :data:`APPLY_EVERY` samples or :data:`APPLY_SECONDS` seconds, and at the end or on an
+    interruption (so a table of 10,000 rows is committed ~40 times, not once per batch)."""
+
+    def __init__(self, ds: Any, run_dir: Path, status: str, part: int) -> None:
+        self.ds, self.run_dir, self.status, self.part = ds, run_dir, status, part
+        self.rows: list[dict[str, Any]] = []
+        self.masks: dict[str, tuple[np.ndarray, float | None]] = {}
+        self.pngs: list[Path] = []
+        self.last = time.monotonic()
+
+    def add(self, result: dict[str, Any]) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = []
+        for sid, reason in result["failed"].items():
+            rows.append({"sample_id": sid, "found": False, "reason": reason, "applied": False})
+        for item, (mask, score, why) in zip(result["items"], result["proposals"]):
+            array, refused = _check_proposal(mask, item["width"], item["height"])
+            row = {"sample_id": item["sample_id"], "class_index": item["class_index"], "prompt": item["prompt"],
+                   "found": array is not None, "score": None if score is None else float(score), "applied": False}
+            if array is None:
+                row["reason"] = refused or f"nothing_found: {why or 'no mask'}"
+            else:
+                rel = f"{MaskRun.MASKS}/{item['sample_id']}.png"
+                # no fsync per file: flush() makes them durable in one barrier before the part lists them
+                atomic_write_beside(self.run_dir / rel, _png(array), fsync=False)
+                self.pngs.append(self.run_dir / rel)
+                row["mask_file"] = rel
+                self.masks[item["sample_id"]] = (array, row["score"])
+            rows.append(row)
+        self.rows.extend(rows)
+        if len(self.rows) >= APPLY_EVERY or time.monotonic() - self.last >= APPLY_SECONDS:
+            self.flush()
+        return rows
+
+    def flush(self) -> None:
+        """Apply the buffered proposals where no human or exact mask is, and write their part file."""
+        if not self.rows:
+            return
+        run = self.run_dir.name
+        durability_barrier(self.ds.root, self.pngs, [self.run_dir / MaskRun.MASKS])
+        if self.masks:
+            current = {r["sample_id"]: r for r in self.ds.rows(sample_id=list(self.masks))}
+            apply = {sid: value for sid, value in self.masks.items() if mask_source(current[sid]) in (None, "model")}
+            if apply:
+                self.ds.set_masks({sid: array for sid, (array, _) in apply.items()}, mask_status=self.status,
+                                  extra_updates={sid: {MASK_SCORE_KEY: score, MASK_RUN_KEY: run}
+                                                 for sid, (_, score) in apply.items()},
+                                  actor=f"propose-masks:{self.status[len('model:'):]}",
+                                  reason=f"mask proposal (run {run})")
+            for row in self.rows:
+                row["applied"] = row["sample_id"] in apply
+        write_bytes(self.run_dir / MaskRun.PARTS / f"part-{self.part:05d}.parquet",
+                    _parquet_bytes(proposals_table(self.rows)))
+        self.part += 1
+        self.rows, self.masks, self.pngs, self.last = [], {}, [], time.monotonic()
+
+
+def _parquet_bytes(table: Any) -> bytes:
+    import pyarrow.parquet as pq
+
+    buffer = io.BytesIO()
+    pq.write_table(table, buffer)
+    return buffer.getvalue()
+
+
+def _read_parts(run_dir: Path) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for file in sorted((run_dir / MaskRun.PARTS).glob("part-*.parquet")):
+        rows.extend(read_parquet(file).to_pylist())
+    return rows
+
+
+def measure_masks(dataset: Any, run: str | Path | MaskRun | None = None) -> tuple[Any, Any]:
+    """``(MaskMeasurement, ReviewVerdicts)`` of a mask run (default: the newest) against the
+    dataset's human and exact masks, leaving out the samples the model was tuned on
+    (:func:`curate.masks.measure.measure_run`, :func:`curate.masks.measure.review_verdicts`).
+    The measurement is None when there is nothing to compare against but the run's applied
+    proposals have verdicts to count; with neither, the ValueError says why."""
+    from curate.masks.measure import measure_run, review_verdicts
+    from curate.runs.base import RunError, list_runs
+
+    ds = open_dataset(dataset)
+    if isinstance(run, MaskRun):
+        record = run
+    else:
+        if run is None:
+            runs = list_runs(ds.root, "masks")
+            if not runs:
+                raise RunError(f"{ds.root} has no propose-masks run to measure; run `curate propose-masks` first")
+            path = runs[-1]
+        else:
+            path = Path(run) if Path(run).is_dir() else ds.root / RUNS_DIR / str(run)
+        record = MaskRun.load(path)
+    verdicts = review_verdicts(ds, record)
+    try:
+        measurement = measure_run(ds, record)
+    except ValueError:
+        if not verdicts.applied:
+            raise
+        logger.warning("run %s: nothing to measure against (no proposal beside a human or exact mask the model was "
+                       "not tuned on); only the reviewers' verdicts are counted", record.name)
+        measurement = None
+    return measurement, verdicts

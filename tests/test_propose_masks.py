@@ -1,0 +1,194 @@
+"""The propose-masks stage with scripted proposers: what is written, what is never overwritten,
+bad proposals, an interrupted run, and the batched mask writes of the store."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from curate.collect.synthetic import DEFAULT_CLASSES, WorldSpec, collect_synthetic
+from curate.masks.backends.base import Proposal
+from curate.masks.sources import mask_counts, mask_source
+from curate.runs import MaskRun
+from curate.stages.propose_masks import ProposeMasksSettings, propose_masks
+from curate.store import Dataset, DatasetError
+
+SPEC = WorldSpec(classes=DEFAULT_CLASSES[:3], per_class=6, image_size=32, seed=5)
+
+
+class Scripted:
+    """A proposer that returns the exact mask of the photo (read from a copy of the world), shifted
+    by one pixel, nothing for photos whose id starts with ``nothing``, a wrong-sized array for
+    ``wrong``; ``stop_after`` batches then raises KeyboardInterrupt (a user's Ctrl-C)."""
+
+    info = {"backend": "clipseg", "spec": ""}
+
+    def __init__(self, truth: dict[str, np.ndarray], *, nothing=(), wrong=(), stop_after=None, model_id="scripted@1"):
+        self.truth, self.nothing, self.wrong = truth, set(nothing), set(wrong)
+        self.stop_after, self.batches, self.model_id = stop_after, 0, model_id
+        self.seen: list[str] = []
+
+    def propose(self, images, prompts, threshold):
+        if self.stop_after is not None and self.batches >= self.stop_after:
+            raise KeyboardInterrupt
+        self.batches += 1
+        out = []
+        for image, prompt in zip(images, prompts):
+            sid = image.info["sid"]
+            self.seen.append(sid)
+            if sid in self.nothing:
+                out.append(Proposal(None, 0.1, "nothing above threshold 0.50"))
+            elif sid in self.wrong:
+                out.append(Proposal(np.ones((5, 7), bool), 0.9))
+            else:
+                out.append(Proposal(np.roll(self.truth[sid] != 0, 1, axis=1), 0.8))
+        return out
+
+
+@pytest.fixture()
+def world(tmp_path):
+    root = tmp_path / "world"
+    ds = collect_synthetic(root, SPEC)
+    truth = {sid: ds.load_mask(sid) for sid in ds.sample_ids()}
+    # half the photos lose their exact mask: they are the "unmasked photos" to propose for
+    unmasked = ds.sample_ids()[::2]
+    ds.set_masks({sid: None for sid in unmasked}, clear_status=True, actor="test")
+    return ds, truth, unmasked
+
+
+def _tag_images(monkeypatch, ds):
+    """Let the scripted proposer know which sample an image is (``image.info['sid']``)."""
+    original = Dataset.load_image
+
+    def load_image(self, sample_id):
+        image = original(self, sample_id)
+        image.info["sid"] = sample_id if isinstance(sample_id, str) else self.row(sample_id)["sample_id"]
+        return image
+
+    monkeypatch.setattr(Dataset, "load_image", load_image)
+
+
+def test_proposals_fill_unmasked_photos_and_never_overwrite_exact(world, monkeypatch):
+    ds, truth, unmasked = world
+    _tag_images(monkeypatch, ds)
+    nothing, wrong = unmasked[0], unmasked[1]
+    proposer = Scripted(truth, nothing=[nothing], wrong=[wrong])
+    record = propose_masks(ds, proposer, ProposeMasksSettings(batch_size=4), run_name="m1")
+    ds = Dataset.open(ds.root)
+    c = record.counts
+    assert c["in_scope"] == len(ds) == 18
+    assert c["found"] == 16 and c["nothing_found"] == 1 and c["wrong_size"] == 1
+    assert c["applied"] == len(unmasked) - 2 and c["kept_trusted"] == len(ds) - len(unmasked)
+    for sid in ds.sample_ids():
+        row = ds.row(sid)
+        if sid in (nothing, wrong):
+            assert row["mask_path"] is None and mask_source(row) is None  # never an empty mask stored
+        elif sid in unmasked:
+            assert row["mask_status"] == "model:scripted@1" and mask_source(row) == "model"
+            extra = json.loads(row["extra"])
+            assert extra["mask_score"] == pytest.approx(0.8) and extra["mask_run"] == "m1"
+            assert np.array_equal(ds.load_mask(sid) != 0, np.roll(truth[sid] != 0, 1, axis=1))
+        else:  # the exact masks are untouched; the proposal is only in the run
+            assert row["mask_status"] == "synthetic" and np.array_equal(ds.load_mask(sid), truth[sid])
+            assert record.proposal(sid) is not None
+    reasons = {r["sample_id"]: r["reason"] for r in record.rows()}
+    assert reasons[wrong].startswith("wrong_size") and reasons[nothing].startswith("nothing_found")
+    counts = mask_counts(ds.rows())
+    assert counts.used == {"human": 0, "exact": 9, "model": 0} and counts.skipped_model == 7
+    loaded = MaskRun.load(ds.root / "runs" / "m1")
+    assert loaded.model_id == "scripted@1" and loaded.prompt == "a photo of a {}."
+    assert not (ds.root / "runs" / "m1" / "parts").exists()
+    # a second run only-missing: the two photos still without a mask
+    record2 = propose_masks(ds, Scripted(truth, model_id="scripted@2"), ProposeMasksSettings(only_missing=True),
+                            run_name="m2")
+    assert record2.counts["in_scope"] == 2 and record2.counts["applied"] == 2
+
+
+def test_rejected_proposals_are_left_alone_unless_retried(world, monkeypatch):
+    ds, truth, unmasked = world
+    _tag_images(monkeypatch, ds)
+    ds.set_mask(unmasked[0], None, mask_status="bad", actor="reviewer")
+    record = propose_masks(ds, Scripted(truth), ProposeMasksSettings(), run_name="m")
+    assert record.counts["skipped_rejected_proposal"] == 1
+    assert Dataset.open(ds.root).row(unmasked[0])["mask_status"] == "bad"
+    record = propose_masks(ds, Scripted(truth), ProposeMasksSettings(retry_rejected=True, only_missing=True),
+                           run_name="m-retry")
+    assert record.counts["applied"] == 1
+
+
+def test_interrupted_run_keeps_finished_masks_and_resumes(world, monkeypatch):
+    ds, truth, unmasked = world
+    _tag_images(monkeypatch, ds)
+    settings = ProposeMasksSettings(batch_size=4, only_missing=True)
+    with pytest.raises(KeyboardInterrupt):
+        propose_masks(ds, Scripted(truth, stop_after=1), settings, run_name="r")
+    ds = Dataset.open(ds.root)  # the folder is valid and holds the first batch's masks
+    first = [sid for sid in unmasked if ds.row(sid)["mask_path"] is not None]
+    assert len(first) == 4
+    assert not (ds.root / "runs" / "r" / "config.json").exists()
+    proposer = Scripted(truth)
+    record = propose_masks(ds, proposer, settings, run_name="r")
+    assert record.counts["resumed"] == 4 and len(proposer.seen) == len(unmasked) - 4
+    assert set(proposer.seen).isdisjoint(first)
+    assert record.counts["applied"] == len(unmasked)
+    assert sorted(r["sample_id"] for r in record.rows()) == sorted(unmasked)
+    # another model under the same unfinished name is refused, not mixed in
+    every = ProposeMasksSettings(batch_size=4)
+    with pytest.raises(KeyboardInterrupt):
+        propose_masks(ds, Scripted(truth, stop_after=1), every, run_name="r2")
+    with pytest.raises(FileExistsError, match="another model"):
+        propose_masks(ds, Scripted(truth, model_id="other@9"), every, run_name="r2")
+
+
+def test_unreadable_photo_is_counted_not_fatal(world, monkeypatch):
+    ds, truth, unmasked = world
+    _tag_images(monkeypatch, ds)
+    victim = unmasked[2]
+    path = ds.image_path(victim)
+    path.chmod(0o644)
+    path.write_bytes(b"not an image")
+    record = propose_masks(ds, Scripted(truth), ProposeMasksSettings(only_missing=True), run_name="m")
+    reasons = {r["sample_id"]: r["reason"] for r in record.rows()}
+    assert reasons[victim].startswith("image_unreadable") and record.counts["failed"] == 1
+    assert record.counts["applied"] == len(unmasked) - 1
+
+
+def test_bad_settings_are_refused_before_any_work(world):
+    ds, truth, _ = world
+    with pytest.raises(ValueError, match="threshold"):
+        propose_masks(ds, Scripted(truth), ProposeMasksSettings(threshold=1.5))
+    with pytest.raises(ValueError, match="no '\\{\\}'"):
+        propose_masks(ds, Scripted(truth), ProposeMasksSettings(prompt="a dog"))
+    from curate.masks.backends.base import MaskSpecError
+
+    with pytest.raises(MaskSpecError, match="unknown backend"):
+        propose_masks(ds, "segformer:/x", ProposeMasksSettings())
+    with pytest.raises(MaskSpecError, match="box detector"):
+        propose_masks(ds, "sam:/x", ProposeMasksSettings())
+    assert not (ds.root / "runs").exists()
+
+
+def test_set_masks_is_one_commit_and_all_or_nothing(tmp_path):
+    ds = collect_synthetic(tmp_path / "w", SPEC)
+    ids = ds.sample_ids()[:3]
+    before = ds.root.joinpath("samples.parquet").stat().st_mtime_ns
+    good = {sid: np.ones((32, 32), np.uint8) for sid in ids}
+    with pytest.raises(DatasetError, match="nothing was changed"):
+        ds.set_masks({**good, ids[2]: np.ones((31, 32), np.uint8)}, mask_status="model:x", actor="t")
+    assert ds.root.joinpath("samples.parquet").stat().st_mtime_ns == before
+    assert [ds.row(s)["mask_status"] for s in ids] == ["synthetic"] * 3
+    changed = ds.set_masks(good, mask_status="model:x", extra_updates={ids[0]: {"mask_score": 0.5}}, actor="t")
+    assert changed == 3
+    ds = Dataset.open(ds.root)
+    assert all(ds.load_mask(s).all() for s in ids) and json.loads(ds.row(ids[0])["extra"])["mask_score"] == 0.5
+    assert len([c for c in ds.changes() if c["actor"] == "t" and c["field"] == "mask_status"]) == 3
+    # the replaced files are gone; each row points at a file that exists
+    for sid in ids:
+        assert (ds.root / ds.row(sid)["mask_path"]).is_file()
+    assert len(list((ds.root / "masks").glob(f"{ids[0]}*"))) == 1
+    with pytest.raises(DatasetError, match="unknown sample"):
+        ds.set_masks({"0" * 16: None}, actor="t")
+    shutil.rmtree(ds.root / "runs", ignore_errors=True)
