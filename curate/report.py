@@ -17,10 +17,13 @@ Sections (each present when its inputs exist, otherwise a line saying what to ru
 4. **Easy vs hard** (Fig. 2): the scatter with one effective-robustness fit per family and setup,
    y = x (``fig2_scatter.png``), and each fit's scale, slope and intercept.
 5. **Saliency** (SSS / RMA by group): every explain run (:meth:`curate.runs.ExplainRun.by_group`):
-   per group the mean per-image SSS and RMA, the SSS a uniform map would get, n, NaN counts and why.
+   per group the mean per-image SSS and RMA, the SSS a uniform map would get, n, NaN counts and why,
+   and per run how many of its masks were human, exact (synthetic / COCO) and model-made, and how
+   many were left out (unverified model proposals, masks marked bad; docs/design.md#masks).
 6. **Fidelity** (papers/002): every fidelity run (:class:`curate.runs.FidelityRun`): the
    ranking by F-Fidelity AUC, each verdict against a random map (marginal ones marked), the
-   degraded-series correlations and the curves (``fidelity_<run>.png``).
+   masks the ``mask`` reference used by source, the degraded-series correlations and the curves
+   (``fidelity_<run>.png``).
 7. **Explanation quality** (papers/001): every vlm-quality run (:class:`curate.runs.VlmQualityRun`): Visual
    Fidelity, Contrastiveness and their combinations by group and by correct / wrong answer,
    Discriminability with its t-test, ECE, the background mentions and the reliability diagram.
@@ -349,6 +352,10 @@ def _saliency_section(doc: Document, root: Path) -> None:
                    "NaN images", "NaN maps (why)"], rows)
         doc.text("NaN: an image whose maps are all undefined (a constant map, an empty mask) has no score; it is "
                  "counted here, never silently dropped or scored 0.")
+        doc.text("Masks per run (a model's unverified proposals are used only with `--allow-model-masks`; masks "
+                 "reviewers marked bad never): "
+                 + "; ".join(f"`{e['run']}`: {e.get('mask_line') or 'masks: sources not recorded'}" for e in entries)
+                 + ".")
     for note in notes:
         doc.text("Skipped: " + note + ".")
 
@@ -380,9 +387,12 @@ def _fidelity_section(doc: Document, root: Path, out: Path) -> None:
              "bound nearly touches 0, so another fine-tuning seed could change the verdict.")
     for run in runs:
         c = run.config
+        masks = f" The mask reference's {run.mask_line}." if run.mask_line else ""
+        skipped = (" Skipped samples: " + ", ".join(f"{k} {v}" for k, v in sorted(c.skipped.items())) + "."
+                   if c.skipped else "")
         doc.text(f"`{run.name}`: {c.model}, {c.images} images, score {c.score}, {len(c.sparsities)} sparsities, "
                  f"alpha {c.alpha:g}, beta {c.beta:g}, {c.samples} samples, {c.n_seeds or 1} fine-tuning seed(s); "
-                 f"intervals: {run.interval_note}.")
+                 f"intervals: {run.interval_note}.{masks}{skipped}")
         metrics = run.metrics
         rows = []
         for r in run.ranking:

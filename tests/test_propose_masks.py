@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -36,7 +35,7 @@ class Scripted:
             raise KeyboardInterrupt
         self.batches += 1
         out = []
-        for image, prompt in zip(images, prompts):
+        for image in images:
             sid = image.info["sid"]
             self.seen.append(sid)
             if sid in self.nothing:

@@ -14,14 +14,25 @@ image where the CLIP's GradCAM map for the labelled class is at least half its m
 (``curate.saliency``, min-max normalised maps, docs/design.md#rma-and-sss). It needs one forward
 and backward pass per such image (saliency cannot come from the cached embeddings), is only as
 good as the model's localisation, and a low share can also mean a small but clear object.
+
+Which masks (docs/design.md#masks): the share is only as right as the mask, so a mask counts only
+when :func:`curate.masks.sources.trusted_rows` allows it: human and exact masks always, a model's
+unverified proposal (``mask_status = model:<id>``, ``curate propose-masks``) only with
+``settings.allow_model_masks`` (``curate audit --allow-model-masks``), a mask reviewers marked bad
+never. A sample whose mask is left out is scored like one without a mask (the proxy, or not
+scored), with a note; ``detail["masks"]`` records how many masks of each source the shares used
+and how many were left out (:meth:`curate.masks.sources.MaskCounts.as_dict`).
 """
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from curate.audit.base import AuditInputs, CheckResult, nan_scores
+from curate.masks.sources import mask_counts, mask_source, trusted_rows
 
 logger = logging.getLogger(__name__)
 
@@ -69,23 +80,52 @@ def saliency_shares(model, paths, labels, classifier, columns, *, batch_size: in
     return out, failed
 
 
-def clarity_check(inputs: AuditInputs, settings=None) -> CheckResult:
-    """Clarity suspicion from masks, else the saliency proxy (see the module docstring)."""
+#: Why a sample's mask was left out (:func:`curate.masks.sources.mask_source` -> text).
+LEFT_OUT = {"model": "unverified model mask", "rejected": "mask marked bad"}
+
+
+def clarity_check(inputs: AuditInputs, settings=None, *, mask_rows: Sequence[Mapping[str, Any]] | None = None
+                  ) -> CheckResult:
+    """Clarity suspicion from masks, else the saliency proxy (see the module docstring).
+
+    ``mask_rows``: the audited samples' rows (``sample_id``, ``mask_path``, ``mask_status``), in
+    ``inputs.ids`` order, so the trust rule can pick the masks the shares may use; None uses every
+    mask path in ``inputs`` (and records no sources).
+    """
     from curate.store.images import mask_array
 
     n = len(inputs)
     result = CheckResult("clarity", nan_scores(n), METHOD)
     share = nan_scores(n)
     source = np.array(["none"] * n, dtype=object)
+    left_out: dict[int, str] = {}  # position -> mask source (model, rejected) of a mask not used
+    allow = bool(getattr(settings, "allow_model_masks", False))
+    counts = None
+    if mask_rows is not None:
+        if [r["sample_id"] for r in mask_rows] != list(inputs.ids):
+            raise ValueError("clarity_check: mask_rows must be the audited samples' rows, in inputs.ids order")
+        trusted, counts = trusted_rows(mask_rows, allow_model_masks=allow)
+        kept = {r["sample_id"] for r in trusted}
+        left_out = {i: str(mask_source(r)) for i, r in enumerate(mask_rows)
+                    if r.get("mask_path") is not None and r["sample_id"] not in kept}
     for i, path in enumerate(inputs.mask_paths):
-        if path is None:
+        if path is None or i in left_out:
             continue
         try:
             share[i] = mask_share(mask_array(path))
             source[i] = "mask"
         except Exception as error:  # an unreadable mask: fall back to the proxy for this sample
             logger.warning("mask %s cannot be read (%s); using the saliency proxy", path, error)
+    if left_out:
+        kinds = {k: sum(v == k for v in left_out.values()) for k in LEFT_OUT}
+        result.notes.append(
+            f"{len(left_out)} of {n} sample(s) have a mask it may not use ("
+            + ", ".join(f"{c} {LEFT_OUT[k]}{'s' if c != 1 else ''}" for k, c in kinds.items() if c)
+            + "): scored as if they had none"
+            + (" (--allow-model-masks uses the model's proposals; curate review verifies them)" if kinds["model"]
+               else ""))
     no_mask = np.flatnonzero(source == "none")
+    none = "no mask it may use" if left_out else "no mask"
     if len(no_mask):
         proxy_ok = bool(getattr(settings, "saliency_proxy", True)) and inputs.model is not None \
             and inputs.classifier is not None
@@ -97,15 +137,20 @@ def clarity_check(inputs: AuditInputs, settings=None) -> CheckResult:
             source[no_mask[np.isfinite(values)]] = "saliency proxy"
             for position, reason in failed.items():
                 result.failed[inputs.ids[no_mask[position]]] = reason
-            result.notes.append(f"{len(no_mask)} of {n} sample(s) have no mask: their clarity is a PROXY (share of the "
+            result.notes.append(f"{len(no_mask)} of {n} sample(s) have {none}: their clarity is a PROXY (share of the "
                                 "image with GradCAM >= 0.5 for the labelled class), not the object's share")
         else:
             for i in no_mask:
-                result.failed[inputs.ids[i]] = "no mask and no saliency proxy"
-            result.notes.append(f"{len(no_mask)} of {n} sample(s) have no mask and the saliency proxy is off: not scored")
+                why = LEFT_OUT.get(left_out.get(int(i), ""), "no mask")
+                result.failed[inputs.ids[i]] = f"{why} and no saliency proxy"
+            result.notes.append(f"{len(no_mask)} of {n} sample(s) have {none} and the saliency proxy is off: not scored")
     result.scores = 1.0 - share
     result.flagged = share < float(getattr(settings, "clarity_share", 0.1))
     result.detail = {"sources": {s: int((source == s).sum()) for s in ("mask", "saliency proxy", "none")},
                      "columns": {"object_share": share}}
+    if counts is not None and mask_rows is not None:  # the masks the shares used, and the ones left out
+        used = mask_counts([mask_rows[i] for i in np.flatnonzero(source == "mask")], allow_model_masks=allow)
+        used.skipped_model, used.skipped_rejected = counts.skipped_model, counts.skipped_rejected
+        result.detail["masks"] = used.as_dict()
     result.method = METHOD
     return result

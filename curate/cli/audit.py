@@ -7,7 +7,14 @@ import click
 from rich.table import Table
 
 from curate.cli import StageProgress, err, main, out, progress
-from curate.cli.options import batch_options, device_options, model_options, one_model_spec, run_options
+from curate.cli.options import (
+    batch_options,
+    device_options,
+    mask_trust_option,
+    model_options,
+    one_model_spec,
+    run_options,
+)
 
 
 @main.command()
@@ -31,10 +38,11 @@ from curate.cli.options import batch_options, device_options, model_options, one
 @batch_options(batch_size=256)
 @run_options
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the feature cache.")
+@mask_trust_option
 def audit(directory: Path, model: str | None, pretrained: str | None, checks: str, label_space: str, prompts: str,
           tag_fraction: float, no_tag: bool, measure: bool, truth: str, measure_run: str | None, device: str,
           precision: str, batch_size: int, workers: int | None, run_name: str | None, overwrite: bool,
-          no_cache: bool) -> None:
+          no_cache: bool, allow_model_masks: bool) -> None:
     """Curation assists: rank every photo for label noise, duplicates, outliers, feature noise, obscurity, clarity."""
     from curate.audit.report import MEASURE_COLUMNS, SUMMARY_COLUMNS, measure_rows, summary_rows
 
@@ -64,13 +72,15 @@ def audit(directory: Path, model: str | None, pretrained: str | None, checks: st
 
     settings = AuditSettings(checks=checks, label_space=label_space, prompts=prompts, tag_fraction=tag_fraction,
                              tag=not no_tag, device=device, precision=precision, batch_size=batch_size, workers=workers,
-                             use_cache=not no_cache)
+                             use_cache=not no_cache, allow_model_masks=allow_model_masks)
     spec = one_model_spec(model, pretrained) if NEEDS_FEATURES.intersection(settings.checks) else None
     with progress() as bar:
         run = run_audit(directory, spec, settings, run_name=run_name, overwrite=overwrite, progress=StageProgress(bar))
+    masks = run.clarity_masks
     table = Table(title=f"audit of {run.dataset.get('samples')} samples with {run.model_label}: per-check scores "
                         f"(higher = look first); the top {100 * tag_fraction:g}% of each tagged suspect:<check>"
-                        + (" (not tagged: --no-tag)" if no_tag else ""), title_justify="left")
+                        + (" (not tagged: --no-tag)" if no_tag else ""), title_justify="left",
+                  caption=f"clarity's {masks.line()}" if masks is not None else None, caption_justify="left")
     for column in SUMMARY_COLUMNS:
         table.add_column(column, justify="left" if column in ("check", "score") else "right")
     for row in summary_rows(run):

@@ -17,7 +17,7 @@ from rich.table import Table
 
 from curate.cli import err, out, progress
 from curate.cli.collect import collect
-from curate.cli.options import creation_vocabulary
+from curate.cli.options import creation_vocabulary, mask_trust_option
 
 _RATE_HELP = "'none' for no limit"
 
@@ -313,13 +313,15 @@ def collect_folder_cmd(directory: Path, src: Path, layout: str, licenses_csv: Pa
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--binomial", is_flag=True, help="Draw each composite's background independently (default: exactly round(p*n) aligned).")
 @click.option("--allow-restricted-licenses", is_flag=True, help="Allow objects whose licence forbids derivatives.")
+@mask_trust_option
 @click.option("--name", help="Dataset name when creating it.")
 def collect_composite_cmd(directory: Path, objects_root: Path, colors: str | None, backgrounds_from: Path | None,
                           p: float, common: tuple[str, ...], others: str | None, per_class: int | None,
                           classes: str | None, size: int | None, seed: int, binomial: bool,
-                          allow_restricted_licenses: bool, name: str | None) -> None:
+                          allow_restricted_licenses: bool, allow_model_masks: bool, name: str | None) -> None:
     """Paste masked objects onto colours or background images with a planted correlation p."""
     from curate.collect.composite import CompositeSpec, compose
+    from curate.masks.sources import MaskCounts
     from curate.store import Dataset
 
     if colors and backgrounds_from:
@@ -331,13 +333,16 @@ def collect_composite_cmd(directory: Path, objects_root: Path, colors: str | Non
         p=p, colors=tuple(c.strip() for c in colors.split(",") if c.strip()) if colors else None,
         backgrounds_root=str(backgrounds_from) if backgrounds_from else None, common=common_map,
         others=tuple(o.strip() for o in others.split(",") if o.strip()) if others else None, per_class=per_class,
-        classes=chosen, size=size, seed=seed, exact=not binomial, allow_restricted_licenses=allow_restricted_licenses)
+        classes=chosen, size=size, seed=seed, exact=not binomial, allow_restricted_licenses=allow_restricted_licenses,
+        allow_model_masks=allow_model_masks)
     with _interruptible(), _bar("compositing", None) as update:
         report = compose(objects_root, directory, spec, name=name, progress=update)
     _print_report(report)
     for cls, info in sorted(report.info.get("aligned", {}).items(), key=lambda kv: int(kv[0])):
         out().print(f"class {cls}: {info['aligned']}/{info['total']} on its common background "
                     f"(p = {info['p']:.3f})")
+    out().print(f"objects' {MaskCounts.from_dict(report.info.get('masks')).line()}"
+                + ("; their composites keep mask_status model:<id>" if report.info.get("masks", {}).get("model") else ""))
 
 
 # ------------------------------------------------------------------------------------------

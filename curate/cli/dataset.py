@@ -41,6 +41,13 @@ def info(directory: Path) -> None:
     for key in ("class", "background", "group", "status", "license", "source"):
         if key in counts:
             out().print(_counter_table(key, counts[key]))
+    masks = _mask_sources(ds.table())
+    if masks:
+        out().print(_counter_table("mask source", masks))
+        if masks.get("model"):
+            out().print(f"{masks['model']} masks are unverified model proposals (curate propose-masks): SSS, RMA, "
+                        "clarity, fidelity's mask method and composites leave them out until people verify them "
+                        "(curate review) or --allow-model-masks", highlight=False)
     # one arrow pass over the flattened tags (a Python loop over rows costs ~1 s at 1M rows)
     import pyarrow.compute as pc
 
@@ -49,6 +56,24 @@ def info(directory: Path) -> None:
     suspects = Counter({c["values"]: c["counts"] for c in counts.to_pylist()})
     if suspects:  # curate audit's pre-tags (a pointer for reviewers, not a decision)
         out().print(_counter_table("suspect (curate audit pre-tags, not decisions)", suspects))
+
+
+def _mask_sources(table) -> Counter:
+    """Masks per source (curate.masks.sources: human, exact, model, rejected; "none" = no mask), by
+    one arrow count of mask_status over the rows that have a mask."""
+    import pyarrow.compute as pc
+
+    from curate.masks.sources import mask_source
+
+    has = pc.is_valid(table.column("mask_path"))
+    counts = pc.value_counts(table.column("mask_status").filter(has))
+    sources: Counter = Counter()
+    for item in counts.to_pylist():
+        sources[mask_source({"mask_path": "m", "mask_status": item["values"]})] += item["counts"]
+    missing = table.num_rows - pc.sum(has.cast("int64")).as_py() if table.num_rows else 0
+    if sources and missing:
+        sources["none"] = missing
+    return sources
 
 
 def _counter_table(title: str, counter: Counter) -> Table:

@@ -8,7 +8,7 @@ import click
 from rich.table import Table
 
 from curate.cli import err, main, out, progress
-from curate.cli.options import batch_options, device_options, engine_options, run_options
+from curate.cli.options import batch_options, device_options, engine_options, mask_trust_option, run_options
 from curate.saliency.registry import method_names
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -48,12 +48,13 @@ def _target(ctx: click.Context, param: click.Parameter, value: str):
 @batch_options(batch_size=32, workers=0)
 @engine_options
 @click.option("--limit", type=int, default=None, help="Explain only the first N samples with a mask.")
+@mask_trust_option
 @click.option("--json", "as_json", is_flag=True, help="Print the run's config and summary as JSON instead of tables.")
 def explain_cmd(directory: Path, model_name: str, pretrained: str | None, method: str, target, layer: str | None,
                 threshold: float | None, threshold_mode: str, label_space: str, prompts: str | None, save_maps: bool,
                 run_name: str | None, overwrite: bool, device: str, precision: str, batch_size: int, workers: int,
                 engine: str, ray_address: str | None, gpus_per_worker: float, limit: int | None,
-                as_json: bool) -> None:
+                allow_model_masks: bool, as_json: bool) -> None:
     """Saliency maps, SSS and RMA (per prediction, image, class; by group and correct/wrong) for DIR."""
     from curate.jsonio import dumps
     from curate.models.spec import ModelSpec, parse_pretrained
@@ -67,7 +68,7 @@ def explain_cmd(directory: Path, model_name: str, pretrained: str | None, method
         method=method, target=target, layer=layer, threshold=threshold, threshold_mode=threshold_mode,
         label_space=label_space, prompts=prompts, limit=limit, batch_size=batch_size, device=device,
         precision=precision, workers=workers, save_maps=save_maps, engine=engine, ray_address=ray_address,
-        gpus_per_worker=gpus_per_worker,
+        gpus_per_worker=gpus_per_worker, allow_model_masks=allow_model_masks,
     )
     spec = ModelSpec(name, weights)
     err().print(f"• {spec.label}, method {settings.method}, target {settings.target}")
@@ -89,7 +90,8 @@ def _reasons(reasons: dict[str, int]) -> str:
 
 
 def render(run: ExplainRun) -> None:
-    """The run's SSS / RMA table (all images, each split part, correct / wrong) and its notes."""
+    """The run's SSS / RMA table (all images, each split part, correct / wrong), the masks it used
+    by source (caption) and its notes."""
     from curate.formatting import num
     from curate.metrics.spuriousity import RMA_INFO, SSS_INFO
 
@@ -99,7 +101,7 @@ def render(run: ExplainRun) -> None:
     threshold = f", threshold {run.threshold} ({run.threshold_mode})" if run.threshold is not None else ""
     table = Table(title=f"SSS ({direction(SSS_INFO)} = less spurious) and RMA ({direction(RMA_INFO)} = more on the "
                         f"object): {run.method} @ {run.layer or 'all layers'}, target {run.target}{threshold}",
-                  title_justify="left")
+                  title_justify="left", caption=run.mask_line, caption_justify="left")
     for column, justify in (("images", "left"), ("n", "right"), ("SSS", "right"), ("SSS balanced", "right"),
                             ("RMA", "right"), ("SSS uniform map", "right"), ("NaN images", "right"),
                             ("NaN maps (why)", "left")):

@@ -10,6 +10,7 @@ from rich.table import Table
 from curate.cli import StageProgress, err, main, out, progress
 from curate.cli.options import (
     device_options,
+    mask_trust_option,
     model_options,
     one_model_spec,
     run_options,
@@ -52,13 +53,14 @@ def _csv(text: str) -> tuple[str, ...]:
 @device_options
 @click.option("--statuses", default="accepted,candidate", show_default=True,
               help="Comma list of sample statuses scored, or 'all'.")
+@mask_trust_option
 @run_options
 @click.option("--json", "as_json", is_flag=True, help="Print the ranking as JSON.")
 def fidelity(directory: Path, model: str | None, pretrained: str | None, methods: str, sparsities: str, alpha: float,
              beta: float, samples: int, finetune_epochs: int, finetune_limit: int | None, finetune_lr: float,
              limit: int, score: str, families: str, seed: int, seeds: int, marginal: float, batch_size: int,
-             device: str, precision: str, statuses: str, run_name: str | None, overwrite: bool,
-             as_json: bool) -> None:
+             device: str, precision: str, statuses: str, allow_model_masks: bool, run_name: str | None,
+             overwrite: bool, as_json: bool) -> None:
     """Score saliency methods on DIR's masked samples; writes runs/<run-name>/ (curves, AUCs, ranking, plot)."""
     from curate.stages.fidelity import FidelitySettings
     from curate.stages.fidelity import fidelity as run_fidelity
@@ -68,17 +70,20 @@ def fidelity(directory: Path, model: str | None, pretrained: str | None, methods
         methods=_csv(methods), sparsities=sparsities, alpha=alpha, beta=beta, samples=samples,
         finetune_epochs=finetune_epochs, limit=limit, finetune_limit=finetune_limit, finetune_lr=finetune_lr,
         score=score, families=_csv(families), seed=seed, seeds=seeds, marginal=marginal, batch_size=batch_size,
-        device=device, precision=precision, statuses=None if statuses.strip() == "all" else _csv(statuses))
+        device=device, precision=precision, statuses=None if statuses.strip() == "all" else _csv(statuses),
+        allow_model_masks=allow_model_masks)
     with progress() as bar:
         run = run_fidelity(directory, spec, settings, run_name=run_name, overwrite=overwrite,
                            progress=StageProgress(bar))
     if as_json:
         out().print_json(json.dumps({"ranking": [r.to_dict() for r in run.ranking], "correlations": run.correlations,
+                                     "masks": run.config.masks, "skipped": dict(run.config.skipped),
                                      "run_dir": str(run.run_dir)}, default=str))
         return
     label = run.family_label
     table = Table(title=f"Fidelity: methods ranked by {label} AUC over sparsity (higher {label}+ and lower {label}- = "
-                        "more faithful); every AUC in ranking.csv", title_justify="left")
+                        "more faithful); every AUC in ranking.csv", title_justify="left",
+                  caption=f"the mask reference's {run.mask_line}" if run.mask_line else None, caption_justify="left")
     verdicts = run.has_verdicts
     for c in ["#", "method", f"{label}+", f"{label}-", *(["vs random MoRF", "vs random LeRF", "verdict"] if verdicts else [])]:
         table.add_column(c, justify="left" if c in ("method", "verdict") else "right", overflow="fold")
@@ -89,6 +94,8 @@ def fidelity(directory: Path, model: str | None, pretrained: str | None, methods
     if verdicts:
         out().print(f"vs random: method minus a random map on the same images (MoRF: {label}+, LeRF: {label}-; "
                     f"higher = more faithful), {run.interval_note}")
+    if run.config.skipped:
+        out().print("skipped samples: " + ", ".join(f"{k} {v}" for k, v in sorted(run.config.skipped.items())))
     for base in run.correlations:
         out().print(f"degraded series '{base}': macro Spearman vs noise "
                     + ", ".join(f"{m} {num(v, 2, signed=True)}" for m, v in run.macro_correlations(base).items()))

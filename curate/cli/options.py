@@ -8,7 +8,9 @@
 - :func:`batch_options`: ``--batch-size`` and ``--workers``;
 - :func:`lvlm_options`: ``--question``, ``--answer-template`` and ``--token-env`` (LVLMs);
 - :func:`engine_options`: ``--engine local|ray``, ``--ray-address`` and ``--gpus-per-worker``
-  (with ``--engine ray``, ``--workers`` counts model actors).
+  (with ``--engine ray``, ``--workers`` counts model actors);
+- :func:`mask_trust_option`: ``--allow-model-masks`` (every verb whose numbers read object masks:
+  explain, fidelity, audit, collect composite; :mod:`curate.masks.sources`).
 
 Each is a decorator; the verb receives the options as keyword arguments of the same names.
 """
@@ -24,7 +26,7 @@ from curate.models.base import PRECISIONS
 from curate.models.spec import ModelSpec, specs_from_cli
 
 __all__ = ["model_options", "device_options", "run_options", "batch_options", "lvlm_options", "engine_options",
-           "model_specs", "one_model_spec"]
+           "mask_trust_option", "model_specs", "one_model_spec"]
 
 MODEL_HELP = ("open_clip arch, a paper name from the zoo (CLIP-LAION400M-ViT-B/32), timm:<name>, 'auto' "
               "(architecture read from a curate weights file), lvlm:PATH_OR_REPO (a transformers LLaVA-family model) "
@@ -122,6 +124,15 @@ def engine_options(func: Callable) -> Callable:
         click.option("--gpus-per-worker", type=float, default=0.0, show_default=True,
                      help="GPUs per model actor with --engine ray (0: the actors run on CPU)."),
     ])
+
+
+def mask_trust_option(func: Callable) -> Callable:
+    """``--allow-model-masks``: also use object masks a model proposed (``curate propose-masks``)
+    that no person verified; without it they are left out and counted (the verbs' ``allow_model_masks``)."""
+    return click.option(
+        "--allow-model-masks", is_flag=True,
+        help="Use object masks made by a model (curate propose-masks) that no person verified; without it they are "
+             "left out and counted (verify them with curate review). Masks marked bad are never used.")(func)
 
 
 def creation_vocabulary(label_space: str, backgrounds: str | None) -> tuple[Any, list[str] | None]:

@@ -25,6 +25,19 @@ deterministic for a seed: composite i of class c draws from ``default_rng([seed,
 
 Object licences carry over (a composite is a derivative work): objects under -ND or all rights
 reserved licences are refused unless ``allow_restricted_licenses``.
+
+Which objects (docs/design.md#masks, :mod:`curate.masks.sources`): the object is cut out along its
+mask, so a wrong mask pastes a piece of the original photo's background into the composite. Objects
+with a human or exact (synthetic / COCO) mask are used; objects whose mask is an unverified model
+proposal (``mask_status = model:<id>``, ``curate propose-masks``) only with ``allow_model_masks``
+(``curate collect composite --allow-model-masks``), the rule the split applies to model-made
+background labels; masks reviewers marked bad never. A composite's mask is the set of pixels
+pasted, ``mask_status = "exact"``, when the object's mask was human or exact; a composite of a
+model-made mask keeps the proposal's status (``model:<id>``), never claiming exact, so every
+mask consumer of the composite folder applies the same rule to it. ``extra`` records the object
+mask's status and source; the report's ``info["masks"]`` (and the provenance) how many objects of
+each source were used and left out (:meth:`curate.masks.sources.MaskCounts.as_dict`). An objects
+folder whose usable masks are all unverified proposals is refused without the flag.
 """
 from __future__ import annotations
 
@@ -51,6 +64,7 @@ from curate.collect.engine import (
 )
 from curate.collect.journal import Journal
 from curate.licenses import RESTRICTED, normalize_license
+from curate.masks.sources import mask_source, trusted_rows, untrusted_masks_message
 from curate.store import Dataset, DatasetError
 
 log = logging.getLogger(__name__)
@@ -100,6 +114,7 @@ class CompositeSpec:
     exact: bool = True
     object_status: tuple[str, ...] = ("candidate", "accepted")
     allow_restricted_licenses: bool = False
+    allow_model_masks: bool = False
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.p <= 1.0:
@@ -114,6 +129,8 @@ class CompositeSpec:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["common"] = {str(k): v for k, v in self.common}
+        if not self.allow_model_masks:  # absent = off: a job of the same spec keeps the id it had before the flag
+            del data["allow_model_masks"]
         return data
 
 
@@ -207,9 +224,11 @@ def compose(objects_root: str | Path, out_root: str | Path, spec: CompositeSpec 
 
     The output dataset has the objects' label space and the backgrounds (colour names or
     background labels) as its vocabulary; samples have ``source="composite"``, ``status``
-    accepted, ``background_source="synthetic"``, ``mask_status="exact"`` and, in ``extra``, the
-    object sample, the common background, whether the composite is aligned with it, and the
-    colour or background sample. Resumable and idempotent like every collector.
+    accepted, ``background_source="synthetic"``, ``mask_status="exact"`` (``model:<id>`` for an
+    object whose mask is a model proposal, used with ``allow_model_masks``) and, in ``extra``, the
+    object sample and its mask's status and source, the common background, whether the composite is
+    aligned with it, and the colour or background sample. Resumable and idempotent like every
+    collector. ``report.info["masks"]`` counts the objects' masks by source, used and left out.
     """
     spec = spec or CompositeSpec()
     objects = Dataset.open(objects_root)
@@ -220,10 +239,17 @@ def compose(objects_root: str | Path, out_root: str | Path, spec: CompositeSpec 
             and r["status"] in spec.object_status]
     if spec.classes is not None:
         rows = [r for r in rows if r["class_index"] in set(spec.classes)]
+    # objects whose mask may be cut along (curate.masks.sources): human, exact; model proposals only when allowed
+    rows, masks = trusted_rows(rows, allow_model_masks=spec.allow_model_masks)
+    if not rows and masks.skipped_model:
+        raise ValueError(untrusted_masks_message(objects_root, masks, "the composites"))
     if not rows:
         raise ValueError(f"{objects_root} has no samples with a mask and a class"
                          + (f" among classes {list(spec.classes)}" if spec.classes else "")
+                         + (f" (other than {masks.skipped_rejected} masks marked bad)" if masks.skipped_rejected else "")
                          + "; collect COCO with masks, or review masks first")
+    if masks.skipped_model or masks.skipped_rejected:
+        log.info("%s: object %s", objects_root, masks.line())
     by_class: dict[int, list[dict[str, Any]]] = {}
     for row in sorted(rows, key=lambda r: (r["class_index"], r["sample_id"])):
         by_class.setdefault(int(row["class_index"]), []).append(row)
@@ -267,9 +293,11 @@ def compose(objects_root: str | Path, out_root: str | Path, spec: CompositeSpec 
             counts[0] += bool(extra.get("aligned"))
             counts[1] += 1
     report.info["aligned"] = {k: {"aligned": a, "total": t, "p": a / t if t else None} for k, (a, t) in aligned.items()}
+    report.info["masks"] = masks.as_dict()
     ds.record_provenance("collect.composite", {**spec.to_dict(), "objects": str(objects.root),
                                                "common": {str(k): v for k, v in sorted(common.items())},
-                                               "job": journal.job_id, "aligned": report.info["aligned"]})
+                                               "job": journal.job_id, "aligned": report.info["aligned"],
+                                               "masks": report.info["masks"]})
     return report
 
 
@@ -310,14 +338,16 @@ def _class_stream(objects: Dataset, rows: Sequence[Mapping[str, Any]], cls: int,
             Image.fromarray(composite_image(obj, binary, bg)).save(buffer, "PNG", compress_level=6)
             return buffer.getvalue()
 
+        source = mask_source(row)
         extra = {"object_sample_id": row["sample_id"], "object_dataset": objects.name, "common_background": common,
                  "aligned": background == common, "composite_index": i, "p": spec.p, "seed": spec.seed,
-                 "composite_job": job_id}
+                 "composite_job": job_id, "object_mask_status": row["mask_status"], "object_mask_source": source}
         sample = {"class_index": cls, "source": "composite",
                   "source_id": f"{objects.name}:{row['sample_id']}:{background}:{i}",
                   "license": code, "attribution": row["attribution"], "status": "accepted",
                   "background": background, "background_source": "synthetic", "background_score": 1.0,
-                  "mask_status": "exact", "extra": extra}
+                  # the pasted pixels are exactly the object's mask; a model's mask stays a model's
+                  "mask_status": row["mask_status"] if source == "model" else "exact", "extra": extra}
 
         def mask_of(prepared: Any, holder=holder) -> np.ndarray:
             return holder["mask"]

@@ -34,7 +34,7 @@ from typing import Any
 __all__ = [
     "EXACT_STATUSES", "HUMAN_STATUSES", "MODEL_PREFIX", "REJECTED_STATUS", "MASK_SCORE_KEY", "MASK_RUN_KEY",
     "SOURCES", "MaskCounts", "mask_source", "model_status", "model_id_of", "is_trusted", "trusted_rows",
-    "mask_counts",
+    "mask_counts", "untrusted_masks_message",
 ]
 
 #: Statuses of masks drawn exactly (the synthetic generator, COCO's annotators, composites).
@@ -129,9 +129,11 @@ class MaskCounts:
             text += " (unverified proposals, used with --allow-model-masks)"
         notes = []
         if self.skipped_model:
-            notes.append(f"{self.skipped_model} unverified model proposals left out (--allow-model-masks uses them)")
+            noun = "proposal" if self.skipped_model == 1 else "proposals"
+            notes.append(f"{self.skipped_model} unverified model {noun} left out (--allow-model-masks uses them)")
         if self.skipped_rejected:
-            notes.append(f"{self.skipped_rejected} masks marked bad by reviewers left out")
+            noun = "mask" if self.skipped_rejected == 1 else "masks"
+            notes.append(f"{self.skipped_rejected} {noun} marked bad by reviewers left out")
         return text + ("; " + "; ".join(notes) if notes else "")
 
 
@@ -158,3 +160,15 @@ def trusted_rows(rows: Iterable[Mapping[str, Any]], *, allow_model_masks: bool =
 def mask_counts(rows: Iterable[Mapping[str, Any]], *, allow_model_masks: bool = False) -> MaskCounts:
     """:class:`MaskCounts` of ``rows`` (what :func:`trusted_rows` would use and leave out)."""
     return trusted_rows(rows, allow_model_masks=allow_model_masks)[1]
+
+
+def untrusted_masks_message(root: Any, counts: MaskCounts, used_for: str) -> str:
+    """The error for a selection none of whose masks may be used because they are unverified
+    model proposals (``counts.skipped_model`` of them; ``counts.skipped_rejected`` more marked
+    bad): it names the two ways forward, ``curate review`` and ``--allow-model-masks`` (the
+    wording of the split's refusal of model-made background labels)."""
+    rejected = (f" ({counts.skipped_rejected} more were marked bad by reviewers and are never used)"
+                if counts.skipped_rejected else "")
+    return (f"{root}: the {counts.skipped_model} masks {used_for} would use were all made by a model "
+            f"(mask_status = model:<id>, from curate propose-masks) and not checked by a person{rejected}; review "
+            "them (curate review) or pass --allow-model-masks (allow_model_masks=True) to use them anyway")

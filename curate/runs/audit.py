@@ -10,7 +10,9 @@ Files (``runs/<name>/``):
   -1 = not scored), ``<check>_flagged`` (the library's own verdict), ``<check>_tagged`` (pre-tagged
   ``suspect:<check>``), plus check-specific columns ``<check>.<name>`` (e.g. ``clarity.object_share``);
 - ``audit.json``: per check ``method``, ``notes``, ``scored``, ``failed`` (count and reasons),
-  ``flagged``, ``tagged``, ``detail`` (duplicate groups, CleanVision counts, ...).
+  ``flagged``, ``tagged``, ``detail`` (duplicate groups, CleanVision counts, ...; clarity's
+  ``sources`` and ``masks``: the masks its shares used by source, human / exact / model, and the
+  ones left out, :meth:`curate.masks.sources.MaskCounts.as_dict`).
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from curate.jsonio import write_json
+from curate.masks.sources import MaskCounts
 from curate.runs.base import RunError, RunRecord, read_parquet, read_result_json, register_run_kind, write_parquet
 
 __all__ = ["AuditRun", "CheckSummary"]
@@ -132,6 +135,15 @@ class AuditRun(RunRecord):
         if "duplicates" not in self.checks:
             return []
         return list(self.summary("duplicates").detail.get("groups") or [])
+
+    @property
+    def clarity_masks(self) -> MaskCounts | None:
+        """The masks the clarity check used by source and the ones it left out; None when clarity
+        did not run (or the run predates the counts)."""
+        if "clarity" not in self.checks:
+            return None
+        data = self.summary("clarity").detail.get("masks")
+        return MaskCounts.from_dict(data) if isinstance(data, dict) else None
 
     @property
     def excluded(self) -> dict[str, Any]:

@@ -20,8 +20,11 @@ Files (``runs/<name>/``):
   and per image), ``split`` (``group`` = easy/hard, ``aligned`` = aligned/conflicting on a
   synthetic world without a split, or None), ``by_group``, ``by_correct``, ``per_class``, ``nan``
   (``count``, ``reasons``, ``by_group``: NaN maps by reason), ``skipped`` (samples not scored,
-  with reasons), ``masks`` (non-binary, resized), ``timing``. Means are NaN-aware: ``n`` defined
-  values, ``n_nan`` left out; NaN is stored as ``null``;
+  with reasons: ``model_mask`` = an unverified model proposal left out, ``rejected_mask`` = a mask
+  reviewers marked bad, ...), ``masks`` (non-binary, resized), ``mask_sources`` (the masks the
+  scored images used by source, human / exact / model, and the ones left out:
+  :meth:`curate.masks.sources.MaskCounts.as_dict`), ``timing``. Means are NaN-aware: ``n``
+  defined values, ``n_nan`` left out; NaN is stored as ``null``;
 - ``maps/<sample_id>.npz`` (``--save-maps``): ``maps`` (K, H, W) float32, exactly the [0, 1]
   maps SSS and RMA were computed from (before thresholding, which the scores apply with the
   run's ``threshold``), ``mask`` (H, W) bool, ``targets`` (K,) class indices, on the model
@@ -31,7 +34,8 @@ Versions: 1 (before records): ``model`` was the model id and ``model_kind`` its 
 settings were flat keys, ``summary.json`` repeated the config, NaN reasons were not counted per
 group and saved maps were float16 (their SSS/RMA differ from the run's by up to ~1e-5).
 Version 1 folders load (migrated); their per-group NaN reasons are counted from
-``predictions.parquet`` when it is there.
+``predictions.parquet`` when it is there. Runs written before mask sources were counted have no
+``mask_sources``: :attr:`ExplainRun.mask_counts` is None and :attr:`ExplainRun.mask_line` says so.
 """
 from __future__ import annotations
 
@@ -44,6 +48,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from curate.jsonio import json_safe, write_json
+from curate.masks.sources import MaskCounts
 from curate.runs.base import (
     ModelBlock,
     RunError,
@@ -418,6 +423,22 @@ class ExplainRun(ModelBlock, RunRecord):
         return dict(self.summary.get("masks") or {})
 
     @property
+    def mask_counts(self) -> MaskCounts | None:
+        """The masks the scored images used, by source (human, exact, model), and the ones left
+        out (unverified model proposals without ``allow_model_masks``, masks marked bad); None for a
+        run written before mask sources were counted."""
+        data = self.summary.get("mask_sources")
+        return MaskCounts.from_dict(data) if isinstance(data, Mapping) else None
+
+    @property
+    def mask_line(self) -> str:
+        """The one line every table of this run states its masks with (:meth:`MaskCounts.line`)."""
+        counts = self.mask_counts
+        if counts is None:
+            return "masks: sources not recorded (a run written before curate counted them)"
+        return counts.line()
+
+    @property
     def seconds(self) -> float:
         return _f((self.summary.get("timing") or {}).get("seconds"))
 
@@ -470,13 +491,15 @@ class ExplainRun(ModelBlock, RunRecord):
             {"run", "model" (model id), "method", "layer", "target", "split" (group | aligned | None),
              "groups": {part: {"sss", "rma", "n", "n_nan", "sss_uniform", "sss_balanced", "nan_reasons"}},
              "overall": {"sss", "rma", "n", "n_nan", "sss_uniform"},
-             "nan" (NaN maps), "nan_reasons" ({reason: maps}), "accuracy", "skipped", "seconds"}
+             "nan" (NaN maps), "nan_reasons" ({reason: maps}), "accuracy", "skipped", "seconds",
+             "masks" (:meth:`curate.masks.sources.MaskCounts.as_dict`, None for an older run), "mask_line"}
 
         ``sss`` / ``rma`` are means over images of the per-image scores (papers/004 §3.2);
         ``n`` counts the images with a defined score and ``n_nan`` those without (all their maps
         NaN); ``nan_reasons`` counts NaN *maps* by reason (a ``topk:K`` image has K maps);
-        ``sss_uniform`` is the SSS of a uniform map (1 - mask area), the chance level. Numbers
-        that are undefined are NaN.
+        ``sss_uniform`` is the SSS of a uniform map (1 - mask area), the chance level;
+        ``mask_line`` states how many masks were human, exact and model-made, and how many were
+        left out. Numbers that are undefined are NaN.
         """
         groups = {}
         for part, g in self.groups.items():
@@ -491,6 +514,7 @@ class ExplainRun(ModelBlock, RunRecord):
                         "sss_uniform": overall.sss_uniform},
             "nan": self.nan_count, "nan_reasons": self.nan_reasons, "accuracy": self.accuracy,
             "skipped": self.skipped_count, "seconds": self.seconds,
+            "masks": None if self.mask_counts is None else self.mask_counts.as_dict(), "mask_line": self.mask_line,
         }
 
     def to_json(self) -> dict[str, Any]:

@@ -8,7 +8,11 @@ the class constants of :class:`FidelityRun`):
   ``sparsities``, ``alpha``, ``beta``, ``samples``, ``score``, ``families``, ``seed``, ``seeds``
   (the replicate seeds), ``marginal`` (the marginal rule's fraction), ``images``, ``finetune``
   (``epochs``, ``images``, ``lr``, ``copies``: per seed its cache ``key``, ``path``, ``cached``),
-  ``label_columns``, ``skipped`` (unreadable samples by reason), ``baseline``, ``elements``;
+  ``label_columns``, ``skipped`` (samples not scored by reason: unreadable, or left out of the
+  ``mask`` reference, ``model_mask`` / ``rejected_mask``), ``masks`` (the masks the ``mask``
+  reference used by source and the ones left out, :meth:`curate.masks.sources.MaskCounts.as_dict`;
+  null when no ``mask`` method was scored, or in a run written before mask sources were counted),
+  ``baseline``, ``elements``;
 - ``curves.csv``: ``method, metric, sparsity, value`` (mean over seeds and images);
 - ``curves.json``: per method ``sparsities``, ``curves`` (the same means), ``images`` and
   ``by_seed`` (``{seed: {metric: values}}``);
@@ -36,6 +40,7 @@ from typing import Any, ClassVar
 
 from curate.formatting import num
 from curate.jsonio import write_json
+from curate.masks.sources import MaskCounts
 from curate.runs.base import RunError, RunRecord, read_result_json, register_run_kind, write_bytes
 
 __all__ = [
@@ -122,10 +127,18 @@ class FidelityConfig:
     skipped: Mapping[str, int] = field(default_factory=dict)
     baseline: str = ""
     elements: str = ""
+    #: :meth:`MaskCounts.as_dict` of the ``mask`` reference's masks; None: no mask method, or an older run
+    masks: Mapping[str, Any] | None = None
 
     @property
     def n_seeds(self) -> int:
         return len(self.seeds)
+
+    @property
+    def mask_counts(self) -> MaskCounts | None:
+        """The masks the ``mask`` reference used by source (human, exact, model) and the ones left
+        out; None when the run scored no ``mask`` method (or predates the counts)."""
+        return None if self.masks is None else MaskCounts.from_dict(self.masks)
 
     def to_dict(self) -> dict[str, Any]:
         return {"dataset": self.dataset, "model": self.model, "model_kind": self.model_kind,
@@ -133,7 +146,8 @@ class FidelityConfig:
                 "beta": self.beta, "samples": self.samples, "score": self.score, "families": list(self.families),
                 "seed": self.seed, "seeds": list(self.seeds), "marginal": self.marginal, "images": self.images,
                 "finetune": self.finetune.to_dict(), "label_columns": self.label_columns,
-                "skipped": dict(self.skipped), "baseline": self.baseline, "elements": self.elements}
+                "skipped": dict(self.skipped), "baseline": self.baseline, "elements": self.elements,
+                "masks": None if self.masks is None else dict(self.masks)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> FidelityConfig:
@@ -147,7 +161,8 @@ class FidelityConfig:
             marginal=None if marginal is None else float(marginal), images=int(data.get("images") or 0),
             finetune=FinetuneInfo.from_dict(data.get("finetune")), label_columns=int(data.get("label_columns") or 0),
             skipped={str(k): int(v) for k, v in (data.get("skipped") or {}).items()},
-            baseline=str(data.get("baseline") or ""), elements=str(data.get("elements") or ""))
+            baseline=str(data.get("baseline") or ""), elements=str(data.get("elements") or ""),
+            masks=dict(data["masks"]) if isinstance(data.get("masks"), Mapping) else None)
 
 
 # ----------------------------------------------------------------------------- ranking rows
@@ -441,6 +456,17 @@ class FidelityRun(RunRecord):
             return None
         path = self.run_dir / self.PLOT
         return path if path.is_file() else None
+
+    @property
+    def mask_line(self) -> str:
+        """How many masks of each source the ``mask`` reference used (:meth:`MaskCounts.line`); empty
+        when the run used no mask (no ``mask`` method), or predates the counts and scored one."""
+        counts = self.config.mask_counts
+        if counts is not None:
+            return counts.line()
+        if any(m == "mask" or m.startswith("mask~") for m in self.config.methods):
+            return "masks: sources not recorded (a run written before curate counted them)"
+        return ""
 
     @property
     def interval_note(self) -> str:

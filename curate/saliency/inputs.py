@@ -6,7 +6,10 @@
   (curate-trained) CLIP knows;
 - :class:`MaskedImages` + :func:`collate_masked`: decoded, preprocessed images with their masks
   carried onto the model's input grid (:mod:`curate.saliency.masks`), damaged files reported per
-  sample in ``problem`` instead of raising.
+  sample in ``problem`` instead of raising;
+- :data:`UNTRUSTED_MASK_REASONS`: how the pipelines name the samples whose mask they may not use
+  (the rule is :func:`curate.masks.sources.is_trusted`; the error when every mask of a selection
+  is an unverified model proposal is :func:`curate.masks.sources.untrusted_masks_message`).
 """
 from __future__ import annotations
 
@@ -25,6 +28,11 @@ if TYPE_CHECKING:  # pragma: no cover
     from curate.store import Dataset
 
 logger = logging.getLogger(__name__)
+
+#: The skip reason of a sample whose mask a mask-based number may not use, by the mask's source
+#: (:func:`curate.masks.sources.mask_source`): an unverified model proposal (without
+#: ``allow_model_masks``) or a mask reviewers marked bad.
+UNTRUSTED_MASK_REASONS: dict[str, str] = {"model": "model_mask", "rejected": "rejected_mask"}
 
 
 def open_masked_dataset(dataset: Dataset | str | Path) -> Dataset:

@@ -8,12 +8,19 @@ clarity; ``audit(dataset, model, settings)`` ranks every sample with a class for
 worth: precision and recall at the top 5/10/20 % against the reviewers' ``reject:<reason>``
 decisions, or, on the synthetic world, against the planted problems (docs/design.md#audit).
 
+Masks (docs/design.md#masks): the clarity check reads object masks only where
+:mod:`curate.masks.sources` trusts them: a model's unverified proposal (``curate propose-masks``)
+only with ``allow_model_masks`` (``curate audit --allow-model-masks``), a mask reviewers marked
+bad never; the run records how many of each source it used (``AuditRun.clarity_masks``). A folder
+whose masks are all unverified proposals is refused while the clarity check runs without the flag.
+
 Speed: the CLIP features come from :func:`curate.features.compute_features` (the cache that
 ``evaluate`` fills; an image it encoded is not encoded again), the text classifier from the
 classifier cache; duplicate search is blockwise (:mod:`curate.audit.duplicates`).
 """
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from collections.abc import Callable, Sequence
@@ -35,6 +42,7 @@ from curate.audit.base import (
 )
 from curate.audit.combine import ranks, retag, top_candidates
 from curate.audit.measure import FRACTIONS, CheckMeasure, measure_check
+from curate.masks.sources import trusted_rows, untrusted_masks_message
 from curate.progress import Progress, phase
 from curate.runs.audit import AuditRun, failure_summary
 from curate.stages.common import check_device, claim_run_dir, load_spec, open_dataset
@@ -73,6 +81,7 @@ class AuditSettings:
     saliency_proxy: bool = True
     saliency_batch: int = 32
     clarity_share: float = 0.1
+    allow_model_masks: bool = False  # clarity: also use unverified model-made masks (curate propose-masks)
 
     def __post_init__(self) -> None:
         self.checks = parse_checks(self.checks)
@@ -185,8 +194,14 @@ def audit(
     if not rows:
         raise ValueError(f"{ds.root}: no sample has a class; nothing to audit")
     checks = settings.checks
+    if "clarity" in checks:
+        trusted, untrusted = trusted_rows(rows, allow_model_masks=settings.allow_model_masks)
+        if not trusted and untrusted.skipped_model:
+            raise ValueError(untrusted_masks_message(ds.root, untrusted, "the clarity check")
+                             + " (or leave clarity out: --checks)")
     inputs, model_info, encoded = _inputs(ds, rows, checks, model, settings, progress)
     functions = _check_functions()
+    functions["clarity"] = functools.partial(functions["clarity"], mask_rows=rows)  # the trust rule needs statuses
     results: dict[str, CheckResult] = {}
     for name in checks:
         report = phase(progress, f"check {name}")

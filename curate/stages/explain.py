@@ -1,7 +1,7 @@
 """The explain stage: saliency maps, SSS and RMA for every masked sample of a dataset folder.
 
 ``explain(dataset, model, settings)`` is what ``curate explain DIR`` calls. For every sample with
-a mask (not rejected) it computes the saliency maps of the chosen targets in batches on the
+a trusted mask it computes the saliency maps of the chosen targets in batches on the
 device (:class:`curate.saliency.Explainer`), carries the mask through the model's preprocessing
 (:mod:`curate.saliency.masks`), reduces each map to SSS and RMA there
 (:mod:`curate.metrics.spuriousity`), aggregates per prediction, image and class, by group
@@ -14,6 +14,17 @@ wants numbers, not a run folder, calls.
 
 ``mask_fraction`` is the share of input pixels inside the mask: a uniform map scores
 ``SSS = 1 - mask_fraction``, the chance level to compare an SSS against.
+
+**Which masks** (docs/design.md#masks, :mod:`curate.masks.sources`): SSS and RMA measure the
+saliency on and off the object, so they are only as right as the mask. Human and exact
+(synthetic / COCO) masks are used; a model's unverified proposal (``mask_status =
+model:<id>``, from ``curate propose-masks``) only with ``allow_model_masks`` (``curate explain
+--allow-model-masks``), the rule the split applies to model-made background labels: SSS on
+unchecked proposals measures the segmenter as much as the classifier. Masks reviewers marked bad
+are never used. Samples left out are counted in ``summary.json`` (``skipped``: ``model_mask``,
+``rejected_mask``), never silently dropped, and the run records how many masks of each source
+the scores used (``mask_sources``; :attr:`curate.runs.explain.ExplainRun.mask_line`). A
+selection whose masks are all model proposals is refused without ``allow_model_masks``.
 """
 from __future__ import annotations
 
@@ -32,6 +43,7 @@ import pyarrow as pa
 import torch
 
 from curate.engine.base import BatchJob
+from curate.masks.sources import MaskCounts, mask_counts, mask_source, trusted_rows, untrusted_masks_message
 from curate.metrics.spuriousity import (
     NAN_REASONS,
     THRESHOLD_MODES,
@@ -51,6 +63,7 @@ from curate.runs.explain import (
 )
 from curate.saliency.base import SaliencyError, SaliencyResult
 from curate.saliency.inputs import (
+    UNTRUSTED_MASK_REASONS,
     MaskedImages,
     collate_masked,
     model_class_names,
@@ -85,7 +98,8 @@ DEFAULT_STATUSES = ("accepted", "candidate")
 #: NaN reason added by the pipeline: the raw map was constant (e.g. a 1 x 1 layer).
 CONSTANT_MAP = "constant_map"
 #: Samples that are not scored, and why.
-SKIP_REASONS = ("no_mask", "no_class", "mask_size_mismatch", "mask_not_2d", "mask_unreadable", "image_unreadable")
+SKIP_REASONS = ("no_mask", "model_mask", "rejected_mask", "no_class", "mask_size_mismatch", "mask_not_2d",
+                "mask_unreadable", "image_unreadable")
 NORMALISATION = "relu, min-max per map, bilinear resize to the model input, min-max (pytorch-grad-cam)"
 
 
@@ -124,6 +138,9 @@ class ExplainSettings:
             ``sign_correction``, ``head_fusion``, ``discard_ratio``, ``min_grid``).
         class_names: names to prompt a CLIP with, by class index (default: the label space's,
             overridden by the names a curate reference CLIP was trained with). Python only.
+        allow_model_masks: also score samples whose mask is an unverified model proposal
+            (``mask_status = model:<id>``); by default they are skipped and counted
+            (``model_mask``). Masks reviewers marked bad are never used.
     """
 
     method: str = "gradcam"
@@ -146,6 +163,7 @@ class ExplainSettings:
     save_maps: bool = False
     method_options: dict[str, Any] = field(default_factory=dict)
     class_names: dict[int, str] | None = None
+    allow_model_masks: bool = False
 
     def __post_init__(self) -> None:
         self.method = method_info(self.method).name
@@ -322,10 +340,17 @@ def compute_explanations(
         if len(skipped_samples) < 200:
             skipped_samples.append({"sample_id": row["sample_id"], "reason": reason})
 
+    # a mask the scores may use (curate.masks.sources): human and exact; model proposals only when allowed
+    trusted, left_out = trusted_rows(rows_all, allow_model_masks=settings.allow_model_masks)
+    if not trusted and left_out.skipped_model:
+        raise SaliencyError(untrusted_masks_message(ds.root, left_out, "explain"))
+    usable = {row["sample_id"] for row in trusted}
     rows: list[dict[str, Any]] = []
     for row in rows_all:
         if row.get("mask_path") is None:
             skip(row, "no_mask")
+        elif row["sample_id"] not in usable:
+            skip(row, UNTRUSTED_MASK_REASONS[str(mask_source(row))])
         elif row.get("class_index") is None and target.needs_labels:
             skip(row, "no_class")
         else:
@@ -435,7 +460,14 @@ def compute_explanations(
 
     seconds = time.perf_counter() - started
     split = _split_kind(scored.image_info)
-    summary = _summary(scored, split, skipped, skipped_samples, instance_masks, resized_masks, seconds, chunk)
+    # the masks the scores used (the scored images'), and the ones the trust rule left out
+    by_id = {r["sample_id"]: r for r in rows}
+    sources = mask_counts([by_id[sid] for sid in scored.image_info], allow_model_masks=settings.allow_model_masks)
+    sources.skipped_model, sources.skipped_rejected = left_out.skipped_model, left_out.skipped_rejected
+    if sources.skipped_model or sources.skipped_rejected:
+        logger.info("%s: %s", ds.root, sources.line())
+    summary = _summary(scored, split, skipped, skipped_samples, instance_masks, resized_masks, seconds, chunk,
+                       sources)
     logger.info("explained %d images (%d predictions) in %.1f s", len(scored.image_info), len(scored.records), seconds)
     return ExplainRun(
         config=config, summary=summary,
@@ -667,7 +699,8 @@ def _class_rows(scored: _Scored, split: str | None, names: Mapping[int, str]) ->
 
 
 def _summary(scored: _Scored, split: str | None, skipped: Counter, skipped_samples: list[dict[str, str]],
-             instance_masks: int, resized_masks: int, seconds: float, chunk: int) -> dict[str, Any]:
+             instance_masks: int, resized_masks: int, seconds: float, chunk: int,
+             sources: MaskCounts) -> dict[str, Any]:
     records, image_info = scored.records, scored.image_info
     image_ids = [r["sample_id"] for r in records]
     class_ids = [r["target_index"] for r in records]
@@ -723,6 +756,7 @@ def _summary(scored: _Scored, split: str | None, skipped: Counter, skipped_sampl
                 "by_group": {part: dict(c) for part, c in nan_by_group.items()}},
         "skipped": {"count": int(sum(skipped.values())), "reasons": dict(skipped), "samples": skipped_samples},
         "masks": {"non_binary": instance_masks, "resized": resized_masks},
+        "mask_sources": sources.as_dict(),
         "timing": {"seconds": round(seconds, 3), "images_per_second": round(len(image_info) / seconds, 2)
                    if seconds > 0 else None, "final_batch_size": chunk},
     }

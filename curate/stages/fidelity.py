@@ -30,6 +30,19 @@ covers model, samples, label columns, beta, epochs, lr and the replicate's seed)
 more methods later, or a run whose seeds overlap, costs no second fine-tuning. Samples whose
 image or mask cannot be read are skipped and counted (``config.skipped``); the dataset itself
 is never written (its feature cache aside).
+
+**Which masks** (docs/design.md#masks, :mod:`curate.masks.sources`): the ``mask`` reference
+(and its degraded copies ``mask~R``) is the sample's object mask, so it is only as right as the
+mask. When it is scored, samples whose mask is an unverified model proposal (``mask_status =
+model:<id>``, ``curate propose-masks``) are left out unless ``allow_model_masks`` (``curate
+fidelity --allow-model-masks``), the rule the split applies to model-made background labels, and
+masks reviewers marked bad are never used; every method is then scored on the same remaining
+images (the verdicts are paired), and the left-out samples are counted in ``config.skipped``
+(``model_mask``, ``rejected_mask``). ``config.masks`` records how many masks of each source the
+``mask`` reference used (:attr:`curate.runs.fidelity.FidelityRun.mask_line`); a selection whose
+masks are all model proposals is refused without ``allow_model_masks``. Runs that do not score
+``mask`` read no mask values (the random map takes only the input's size): they keep every masked
+sample and record ``masks`` as None.
 """
 from __future__ import annotations
 
@@ -119,6 +132,9 @@ class FidelitySettings:
         batch_size: images per forward pass, explanation batch and fine-tuning step.
         device, precision: where and how the model runs.
         statuses: sample statuses scored (None: all).
+        allow_model_masks: the ``mask`` reference also uses masks that are unverified model
+            proposals (``mask_status = model:<id>``); by default those samples are left out and
+            counted (``model_mask``). Masks reviewers marked bad are never used.
     """
 
     methods: tuple[str, ...] = ("gradcam",)
@@ -139,6 +155,7 @@ class FidelitySettings:
     device: str = "auto"
     precision: str = "fp32"
     statuses: tuple[str, ...] | None = DEFAULT_STATUSES
+    allow_model_masks: bool = False
 
     @property
     def seed_list(self) -> list[int]:
@@ -262,6 +279,12 @@ def _uses_random(name: str) -> bool:
     return (match["base"] if match else name) == "random"
 
 
+def _uses_mask(name: str) -> bool:
+    """``mask`` or a degraded ``mask~R``: the explanation is the sample's object mask."""
+    match = _DEGRADED.match(name)
+    return (match["base"] if match else name) == "mask"
+
+
 def _explanations(name: str, loaded: Any, images: torch.Tensor, masks: torch.Tensor, labels: list[int],
                   classifier: torch.Tensor | None, head_columns: Sequence[int] | None, seed: int, replicate: int,
                   batch_size: int, cache: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -347,7 +370,9 @@ def compute_fidelity(dataset: Any, model: Any, settings: FidelitySettings | None
     :func:`fidelity` is this plus the run folder. ``write_cache=False`` leaves the dataset's
     feature cache alone (fine-tuned copies already there are still read).
     """
+    from curate.masks.sources import mask_counts, mask_source, trusted_rows, untrusted_masks_message
     from curate.saliency.inputs import (
+        UNTRUSTED_MASK_REASONS,
         MaskedImages,
         collate_masked,
         model_class_names,
@@ -367,8 +392,19 @@ def compute_fidelity(dataset: Any, model: Any, settings: FidelitySettings | None
     statuses = settings.statuses
     rows_all = ds.rows() if statuses is None else ds.rows(status=list(statuses))
     rows = [r for r in rows_all if r.get("mask_path") is not None and r.get("class_index") is not None]
+    # the mask reference uses only masks it may trust (curate.masks.sources); all methods then share its images
+    uses_masks = any(_uses_mask(m) for m in plan.methods)
+    left_out: Counter = Counter()
+    if uses_masks:
+        trusted, untrusted = trusted_rows(rows, allow_model_masks=settings.allow_model_masks)
+        if not trusted and untrusted.skipped_model:
+            raise FidelityError(untrusted_masks_message(ds.root, untrusted, "the mask reference"))
+        kept = {r["sample_id"] for r in trusted}
+        left_out = Counter(UNTRUSTED_MASK_REASONS[str(mask_source(r))] for r in rows if r["sample_id"] not in kept)
+        rows = list(trusted)
     if not rows:
-        raise FidelityError(f"{ds.root}: no sample with a class and a mask")
+        raise FidelityError(f"{ds.root}: no sample with a class and a mask"
+                            + (f" it may use ({dict(left_out)})" if left_out else ""))
     all_classes = sorted({int(r["class_index"]) for r in rows})
     rows = _interleave_classes(rows)  # a limit keeps every class represented
     n_ft = len(rows) if settings.finetune_limit is None else min(len(rows), settings.finetune_limit)
@@ -407,6 +443,9 @@ def compute_fidelity(dataset: Any, model: Any, settings: FidelitySettings | None
                       if b["problem"][k] not in ("", "mask_resized"))
     for reason, count in skipped.items():
         logger.warning("%s: %d samples skipped (%s)", ds.root, count, reason)
+    for reason, count in left_out.items():
+        logger.info("%s: %d samples left out of the mask reference (%s)", ds.root, count, reason)
+    skipped.update(left_out)
     if not good:
         raise FidelityError(f"{ds.root}: no readable image with a mask (skipped: {dict(skipped)})")
     images_all = torch.stack([g[0] for g in good]).to(loaded.device)
@@ -423,6 +462,10 @@ def compute_fidelity(dataset: Any, model: Any, settings: FidelitySettings | None
         return forward(original, x)
 
     images, masks, labels = images_all[:n_eval], masks_all[:n_eval], lab_all[:n_eval]
+    sources = None
+    if uses_masks:  # the masks the mask reference used (the scored images'), and the ones left out
+        sources = mask_counts(rows_ok[:n_eval], allow_model_masks=settings.allow_model_masks)
+        sources.skipped_model, sources.skipped_rejected = left_out["model_mask"], left_out["rejected_mask"]
     ft_rows = rows_ok[:n_ft]
     copies: list[FinetuneCopy] = []
     cache: dict[str, torch.Tensor] = {}
@@ -481,7 +524,7 @@ def compute_fidelity(dataset: Any, model: Any, settings: FidelitySettings | None
         marginal=float(settings.marginal), images=len(images),
         finetune=FinetuneInfo(plan.finetune_epochs, len(ft_rows) if plan.finetune_epochs else 0,
                               settings.finetune_lr, tuple(copies)),
-        label_columns=len(columns), skipped=dict(skipped),
+        label_columns=len(columns), skipped=dict(skipped), masks=None if sources is None else sources.as_dict(),
         baseline="0 in the model's normalised input space (= the preprocessing's mean colour)",
         elements="pixels of the model input grid")
     timings["total_s"] = time.perf_counter() - started
