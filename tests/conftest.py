@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from service_fixtures import fo, ls, mongo  # noqa: F401 - shared fixtures, registered once
 
 
 @pytest.fixture(scope="session")

@@ -145,3 +145,36 @@ def write_audit_run(ds: Dataset, name: str, scores: dict[str, np.ndarray], *, ta
     record = AuditRun(model=None, settings={}, dataset={"name": ds.name, "samples": len(ids)}, checks=list(scores),
                       results={"checks": {}}, scores_table=pa.table(columns))
     return record.write(ds.root / "runs" / name)
+
+
+def propose(ds: Dataset, sample_id: str, mask: np.ndarray, score: float, *, model: str = "tiny@abc",
+            run: str = "masks-tiny") -> None:
+    """What ``curate propose-masks`` leaves on a sample: the proposal as its mask with
+    ``mask_status = model:<model>`` (actor ``propose-masks:<model>``), and ``mask_score`` /
+    ``mask_run`` merged into its ``extra``."""
+    import json
+
+    from curate.masks.sources import MASK_RUN_KEY, MASK_SCORE_KEY, model_status
+
+    ds.set_mask(sample_id, mask, mask_status=model_status(model), actor=f"propose-masks:{model}",
+                reason=f"mask proposal (run {run})")
+    extra = json.loads(ds.row(sample_id)["extra"] or "{}")
+    ds.update(sample_id, {"extra": {**extra, MASK_SCORE_KEY: float(score), MASK_RUN_KEY: run}},
+              actor=f"propose-masks:{model}", reason=f"mask proposal (run {run})")
+
+
+#: Scores of :func:`proposal_world`'s proposals, in file order (not sorted, so an order can fail).
+PROPOSAL_SCORES: tuple[float, ...] = (0.9, 0.3, 0.6, 0.15, 0.75, 0.45)
+
+
+def proposal_world(root: Path, **kwargs: Any) -> tuple[Dataset, list[str]]:
+    """:func:`review_world` where six samples (those without a bare ``model`` mask status, in file
+    order) lost their synthetic mask and got a model proposal (a square, unlike the animal's
+    mask) scored :data:`PROPOSAL_SCORES`. Returns the dataset and the six ids in that order."""
+    ds = review_world(root, **kwargs)
+    rows = [r for r in ds.rows() if r["mask_status"] != "model"][:len(PROPOSAL_SCORES)]
+    ids = [r["sample_id"] for r in rows]
+    for i, (row, score) in enumerate(zip(rows, PROPOSAL_SCORES)):
+        ds.set_mask(row["sample_id"], None, actor="test", reason="no exact mask here")
+        propose(ds, row["sample_id"], square_mask(row["height"], row["width"], 2 + i, 3, 12 + i), score)
+    return ds, ids

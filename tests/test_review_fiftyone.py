@@ -25,58 +25,15 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 from review_helpers import RUN, changed_fields, review_world, table_of, write_audit_run
+from service_fixtures import connect_fiftyone
 
 from curate.cli import main
-from curate.review.database import free_port, start_mongod
-from curate.review.provision import provision_mongod
+from curate.review.database import free_port
 
 pytestmark = [pytest.mark.fiftyone, pytest.mark.slow, pytest.mark.timeout(600)]
 
 REPO = Path(__file__).resolve().parent.parent
 ARTIFACTS = Path(os.environ.get("CURATE_TEST_ARTIFACTS", REPO / "test-artifacts"))
-_ENV = ("FIFTYONE_DATABASE_URI", "FIFTYONE_DATABASE_VALIDATION", "FIFTYONE_DO_NOT_TRACK")
-
-
-@pytest.fixture(scope="session")
-def mongo(tmp_path_factory):
-    """A real mongod for this session; FiftyOne is pointed at it through the environment."""
-    binaries = provision_mongod()  # cached in .services/mongodb after the first run
-    server = start_mongod(tmp_path_factory.mktemp("mongo") / "db", binaries=binaries)
-    saved = {k: os.environ.get(k) for k in _ENV}
-    os.environ.update(FIFTYONE_DATABASE_URI=server.uri, FIFTYONE_DATABASE_VALIDATION="false", FIFTYONE_DO_NOT_TRACK="true")
-    _connect(server.uri)
-    yield server
-    import fiftyone.core.odm.database as fodb
-
-    fodb._disconnect()
-    for key, value in saved.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
-    server.stop()
-
-
-def _connect(uri: str) -> None:
-    """Point FiftyOne (one client per process) at ``uri``; other suites may have moved it."""
-    from curate.review.fiftyone import import_fiftyone_module
-
-    fo = import_fiftyone_module()  # the first import in a session must dodge the importlib_metadata backport
-    import fiftyone.core.odm.database as fodb
-
-    if fo.config.database_uri != uri:
-        fodb._disconnect()
-        fo.config.database_uri = uri
-    fo.config.database_validation = False
-    os.environ["FIFTYONE_DATABASE_URI"] = uri
-
-
-@pytest.fixture()
-def fo(mongo):
-    import fiftyone
-
-    _connect(mongo.uri)
-    return fiftyone
 
 
 @pytest.fixture()
@@ -442,4 +399,4 @@ def test_curate_manages_its_offline_mongodb_when_no_uri_is_set(mongo, tmp_path, 
         result = runner.invoke(main, ["review", "db", "stop"])
     assert "stopped" in result.output
     assert not database.database_status()["running"]
-    _connect(mongo.uri)
+    connect_fiftyone(mongo.uri)

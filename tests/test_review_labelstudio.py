@@ -13,39 +13,19 @@ import logging
 import secrets
 import uuid
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
-import httpx
 import numpy as np
 import pytest
 from click.testing import CliRunner
 from review_helpers import changed_fields, review_world, square_mask, table_of
+from service_fixtures import EMAIL
 
 from curate.cli import main
 from curate.review import rle
-from curate.review.database import start_labelstudio
-from curate.review.provision import provision_labelstudio
 
 pytestmark = [pytest.mark.labelstudio, pytest.mark.slow, pytest.mark.timeout(900)]
 
-EMAIL = "reviewer@example.com"
-
-
-@pytest.fixture(scope="session")
-def ls(tmp_path_factory):
-    """A Label Studio server for this session (its own venv; local-files under ``docroot``)."""
-    base = tmp_path_factory.mktemp("labelstudio")
-    docroot = base / "docroot"
-    docroot.mkdir()
-    token = secrets.token_hex(20)
-    venv = provision_labelstudio()  # cached in .services/labelstudio-venv after the first run
-    server = start_labelstudio(base / "data", username=EMAIL, password=secrets.token_urlsafe(16), token=token,
-                               document_root=docroot, venv=venv)
-    client = httpx.Client(base_url=server.url, headers={"Authorization": f"Token {token}"}, timeout=60)
-    yield SimpleNamespace(url=server.url, token=token, docroot=docroot, http=client, server=server)
-    client.close()
-    server.stop()
 
 
 @pytest.fixture()

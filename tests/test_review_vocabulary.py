@@ -169,7 +169,8 @@ def test_views_are_the_review_tasks_and_match_rows(world) -> None:
     count = lambda name: sum(find_view(expanded, name).matches(r) for r in rows)
     assert count("needs background") == 3
     assert count("low-confidence background pre-labels") == 4  # 3 below 0.5 + 1 tagged review:background
-    assert count("masks to review") == 3  # mask_status model; synthetic masks are exact
+    assert count("masks to review") == 0  # mask_status model is a proposal: it is in "masks to verify"
+    assert count("masks to verify") == 3
     assert count("curation: candidates") == 3
     assert count("rejected") == 0
     assert count("easy") + count("hard") == len(rows)

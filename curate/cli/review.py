@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from rich.markup import escape
 from rich.table import Table
 
 from curate.cli import err, main, out, progress
@@ -35,6 +36,10 @@ def review() -> None:
     changes only the fields edited in the tool, logs every change to changes.jsonl, reports tags
     outside the vocabulary and conflicts (the folder changed the same field since the push).
     A pull exits with code 2 when conflicts are left for you to choose (--on-conflict).
+
+    Model mask proposals (curate propose-masks) are verified the same way: mask:ok keeps one,
+    a repainted mask replaces it, mask:bad drops it; a pull says "proposals: N accepted, N
+    repainted, N rejected (masks dropped)".
     """
 
 
@@ -42,8 +47,8 @@ def _print_report(report: Any, limit: int = 50) -> None:
     out().print(report.summary())
     for title, items, colour in (("applied", report.applied, "green"), ("conflict", report.conflicts, "yellow"),
                                  ("problem", report.problems, "red")):
-        for item in items[:limit]:
-            out().print(f"  [{colour}]{title}[/] {item}", highlight=False, markup=True)
+        for item in items[:limit]:  # escaped: an item's "[unit]" is text, not rich markup
+            out().print(f"  [{colour}]{title}[/] {escape(str(item))}", highlight=False, markup=True)
         if len(items) > limit:
             out().print(f"  ... and {len(items) - limit} more {title}s")
     if report.unresolved:
@@ -74,6 +79,8 @@ def review_fiftyone(directory: Path, name: str | None, launch: bool, port: int, 
                 f"{result.updated} updated, {result.deleted} deleted)"
                 + (f", predictions of {len(result.runs)} run(s)" if result.runs else ""))
     out().print("saved views: " + ", ".join(result.views))
+    if result.proposals:
+        out().print(f"{result.proposals} model mask proposal(s) to verify: view 'masks to verify' (lowest score first)")
     out().print(f"push snapshot: {result.snapshot}")
     if not launch:
         out().print(f"next: review in the App (curate review fiftyone {directory} --launch), then "
@@ -178,6 +185,9 @@ def review_labelstudio(words: tuple[str, ...], url: str, token_env: str, project
     verb = "created" if result.created else "reused"
     out().print(f"{verb} project [bold]{result.project_title}[/] (id {result.project_id}): {result.imported} task(s) "
                 f"imported, {result.refreshed} refreshed, {result.kept} annotated task(s) kept")
+    if result.proposals:
+        out().print(f"{result.proposals} task(s) carry a model mask proposal (pre-painted brush; sort by the "
+                    "prediction score, lowest first)")
     out().print(f"open {result.url}/projects/{result.project_id}/data ; then: curate review labelstudio pull "
                 f"{directory} --url {result.url}", highlight=False)
 

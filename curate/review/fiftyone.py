@@ -13,7 +13,13 @@ FiftyOne field              from the folder
 ``background_source``       human | model | synthetic
 ``status``, ``reject_reason``, ``group``, ``mask_status``, ``source``, ``source_id``,
 ``source_url``, ``license``, ``attribution``: strings
-``mask``                    ``Segmentation(mask_path=<the folder's masks/ PNG>)``
+``mask``                    ``Segmentation(mask_path=<the folder's masks/ PNG>)``, whatever its
+                            source: a model proposal is this field too (the one mask a
+                            sample has; the App draws it, a reviewer repaints it here)
+``mask_source``             human | exact | model | rejected (:mod:`curate.masks.sources`)
+``mask_score``              a model proposal's confidence in [0, 1] (``extra.mask_score``);
+                            null for other masks
+``mask_run``                the propose-masks run that wrote the proposal (``extra.mask_run``)
 ``pred_<run>``              per evaluation run: ``Classification(label=top-1 name, confidence,
                             class_index, correct=top-1 right, top5=[names])``
 ``audit_<check>``           per audit check: the sample's score (float, higher = more suspect,
@@ -24,11 +30,17 @@ FiftyOne field              from the folder
                             :mod:`curate.review.vocabulary`
 ==========================  =================================================================
 
-and saves the views of ``annotation/views.yaml`` (one per run for per-run views). The push is
+and saves the views of ``annotation/views.yaml`` (one per run for per-run views; "masks to
+verify" holds the unverified model proposals, lowest ``mask_score`` first). The push is
 recorded in ``DIR/.review/fiftyone-<name>.json``; ``pull_fiftyone(DIR)`` reads the sample tags
 and label edits back through :func:`curate.review.sync.apply_pull` (only edited fields change,
 conflicts reported). A re-push refuses to overwrite edits that were not pulled yet (``force``
 discards them).
+
+On a model proposal, ``mask:ok`` verifies it (``mask_status = ok``), a new mask in ``mask`` (an
+in-database mask or another PNG) replaces it (``human``), and ``mask:bad`` (or removing the
+``mask`` field) drops it: the sample is left without a mask, ``mask_status = bad``
+(:func:`curate.review.sync.decide_mask_review`, shared with Label Studio).
 
 FiftyOne is imported only inside these functions, after
 :func:`curate.review.database.ensure_fiftyone_database` made sure it has a database.
@@ -62,13 +74,16 @@ from curate.review.sync import (
     folder_units,
     jsonable,
     now_iso,
+    proposal_of,
     snapshot_path,
 )
 from curate.review.views import (
     AUDIT_PREFIX,
     CORRECT_PREFIX,
+    DERIVED_COLUMNS,
     Condition,
     ViewSpec,
+    column_value,
     expand_views,
     load_views,
 )
@@ -91,6 +106,8 @@ FIELD_PATHS: dict[str, str] = {
     "class_index": "ground_truth.class_index",
     "mask_path": "mask",
 }
+#: Read-only fields about the sample's mask (derived from the folder at push; never read back).
+MASK_INFO_FIELDS: tuple[str, ...] = ("mask_source", "mask_score", "mask_run")
 DEFAULT_PORT = 5151
 
 
@@ -284,6 +301,10 @@ def _sample_values(fo: Any, ds: Dataset, row: Mapping[str, Any], vocab: TagVocab
     values["background"] = (fo.Classification(label=row["background"], confidence=None if score is None else float(score))
                             if row.get("background") else None)
     values["mask"] = fo.Segmentation(mask_path=str(mask_path)) if mask_path is not None else None
+    for column in DERIVED_COLUMNS:  # mask_source, mask_score: the very values the views match in Python
+        values[column] = column_value(row, column)
+    proposal = proposal_of(row)
+    values["mask_run"] = proposal.run if proposal is not None else None
     values["tags"] = vocab.tags_for(row)
     for run in runs:
         pred = run.by_sample.get(row["sample_id"])
@@ -379,6 +400,7 @@ class PushResult:
     views: list[str] = field(default_factory=list)
     runs: list[str] = field(default_factory=list)
     snapshot: Path | None = None
+    proposals: int = 0  # samples whose mask is an unverified model proposal (view "masks to verify")
 
 
 def _guideline_summary() -> str:
@@ -484,7 +506,7 @@ def push_fiftyone(
     dataset.save()
     snapshot.save(ds)
     result = PushResult(fo_name, total, len(new_samples), len(updates), len(stale), made, [r.name for r in runs],
-                        snap_path)
+                        snap_path, proposals=sum(proposal_of(r) is not None for r in rows))
     log.info("pushed %s to FiftyOne dataset %r: %d added, %d updated, %d deleted, %d views", ds.root, fo_name,
              result.added, result.updated, result.deleted, len(made))
     return result
@@ -494,9 +516,11 @@ def declare_fields(fo: Any, dataset: Any, runs: Sequence[RunPredictions], audits
     """Declare every field up front, so that a field whose values are all null still exists
     (views and reads of it work, and the App lists it)."""
     schema = dataset.get_field_schema()
-    for name in STRING_FIELDS:
+    for name in STRING_FIELDS + ("mask_source", "mask_run"):
         if name not in schema:
             dataset.add_sample_field(name, fo.StringField)
+    if "mask_score" not in schema:
+        dataset.add_sample_field("mask_score", fo.FloatField)
     labels = [("ground_truth", fo.Classification), ("background", fo.Classification), ("mask", fo.Segmentation)]
     labels += [(run.field, fo.Classification) for run in runs]
     for name, kind in labels:
@@ -508,7 +532,8 @@ def declare_fields(fo: Any, dataset: Any, runs: Sequence[RunPredictions], audits
 
 
 #: The App sidebar's "review" group (shown second, after the tags).
-REVIEW_SIDEBAR: tuple[str, ...] = ("status", "reject_reason", "background_source", "mask_status", "group", "sample_id")
+REVIEW_SIDEBAR: tuple[str, ...] = ("status", "reject_reason", "background_source", "mask_status", "mask_source",
+                                   "mask_score", "mask_run", "group", "sample_id")
 
 
 def configure_app(fo: Any, dataset: Any) -> None:
@@ -659,8 +684,8 @@ def _observe_one(ds: Dataset, record: Mapping[str, Any], pushed: Mapping[str, An
 
                 new_mask = mask_array(Path(current["mask"]["field"]))
                 source_text = f"field mask.mask_path = {current['mask']['field']}"
-            status = obs.edits["mask_status"].value if "mask_status" in obs.edits else ("human" if new_mask is not None else None)
-            obs.edits["mask"] = Edit("mask", new_mask, source_text, mask_status=status)
+            # its status (the verdict's, human, or a proposal's outcome) is decided by sync.decide_mask_review
+            obs.edits["mask"] = Edit("mask", new_mask, source_text)
         except Exception as exc:  # noqa: BLE001 - an unreadable mask is reported, not fatal
             obs.problems.append(Problem(sid, "mask", f"the edited mask cannot be read ({exc}); not applied"))
     return obs
@@ -716,7 +741,8 @@ def pull_fiftyone(
 #: The FiftyOne fields that show each sync unit (what a refresh after a pull rewrites).
 UNIT_FIELDS: dict[str, tuple[str, ...]] = {
     "class": ("ground_truth",), "background": ("background", "background_source"),
-    "curation": ("status", "reject_reason"), "mask": ("mask", "mask_status"), "mask_status": ("mask_status",),
+    "curation": ("status", "reject_reason"), "mask": ("mask", "mask_status", *MASK_INFO_FIELDS),
+    "mask_status": ("mask_status", *MASK_INFO_FIELDS),
     "group": ("group",), "license": ("license",), "attribution": ("attribution",), "tags": (),
 }
 

@@ -9,6 +9,17 @@ mask verdict. It imports one task per sample that needs review (the views marked
 values as a *prediction* (model version ``curate``): the background, a decided status, a
 mask verdict and the mask as brush RLE (:mod:`curate.review.rle`).
 
+Model mask proposals (``mask_status = model:<id>``, from ``curate propose-masks``; the view
+"masks to verify") travel the same way: the proposal is the prediction's brush region, with
+the model's confidence as the region's ``score`` and no verdict pre-selected. The prediction's
+``score`` (a Data Manager column to sort by) is the lowest confidence among its model-made
+parts (a proposal's score, a model background's score). A prediction, not a pre-filled
+annotation, because Label Studio copies the project's predictions (``model_version``
+``curate``) into the editor when the reviewer opens the task, where the brush is editable
+(paint, erase) before submitting; an annotation made by curate would instead look like a
+person's submitted work, and the pull could no longer tell a reviewer's ``mask:ok`` from
+curate's own pre-fill. So a proposal stays unverified until a person submits a verdict.
+
 Images reach the server in one of three ways (``media``):
 
 - ``local-files`` (default): Label Studio's local-files serving. The server must run on this
@@ -32,8 +43,11 @@ have no reason of their own among the paper's four: they are only named in the t
 submitted (not cancelled) annotation through :func:`curate.review.sync.apply_pull`:
 background choice -> background (source human; choosing the pre-label confirms it), curation
 choice -> status / reject_reason, brush -> the mask (decoded to the image's size; an unchanged
-brush changes nothing), mask verdict -> mask_status. Actor in ``changes.jsonl``:
-``review.labelstudio:<annotator>``.
+brush changes nothing), mask verdict -> mask_status. On a model proposal
+(:func:`curate.review.sync.decide_mask_review`, shared with FiftyOne): ``mask:ok`` with the brush
+as proposed -> kept, ``mask_status = ok``; a repainted brush -> the new mask, ``human``;
+``mask:bad`` -> the mask dropped (no mask, ``mask_status = bad``); ``mask:bad`` with a repainted
+brush is reported, not applied. Actor in ``changes.jsonl``: ``review.labelstudio:<annotator>``.
 
 The token comes from an environment variable and is handed to the SDK only; it never appears
 in a log line, an error message or a file (the snapshot records the URL and project only).
@@ -72,6 +86,7 @@ from curate.review.sync import (
     folder_units,
     mask_digest,
     now_iso,
+    proposal_of,
     snapshot_path,
 )
 from curate.review.views import ViewSpec, expand_views, find_view, load_views
@@ -232,12 +247,15 @@ def _choices_result(name: str, value: str) -> dict[str, Any]:
     return {"from_name": name, "to_name": IMAGE, "type": "choices", "value": {"choices": [value]}}
 
 
-def brush_result(mask: np.ndarray) -> dict[str, Any]:
-    """The brush region of a mask, as Label Studio stores it."""
+def brush_result(mask: np.ndarray, score: float | None = None) -> dict[str, Any]:
+    """The brush region of a mask, as Label Studio stores it (``score``: a model's confidence in it)."""
     height, width = mask.shape
-    return {"from_name": MASK, "to_name": IMAGE, "type": "brushlabels", "original_width": int(width),
-            "original_height": int(height), "image_rotation": 0,
-            "value": {"format": "rle", "rle": rle.encode_mask(mask), "brushlabels": [MASK_LABEL]}}
+    result = {"from_name": MASK, "to_name": IMAGE, "type": "brushlabels", "original_width": int(width),
+              "original_height": int(height), "image_rotation": 0,
+              "value": {"format": "rle", "rle": rle.encode_mask(mask), "brushlabels": [MASK_LABEL]}}
+    if score is not None:
+        result["score"] = float(score)
+    return result
 
 
 def suspicions(row: Mapping[str, Any], vocab: TagVocabulary) -> dict[str, str]:
@@ -267,7 +285,8 @@ def pushed_values(ds: Dataset, row: Mapping[str, Any], vocab: TagVocabulary) -> 
     """(per-unit view values, prediction results, score) that a push shows for a row.
 
     ``view["suspicion"]``: the ``{check: reject:<reason>}`` suspicions shown as a pre-selected
-    curation choice (only on undecided rows; see the module docstring)."""
+    curation choice (only on undecided rows; see the module docstring). ``score``: the lowest
+    confidence of the model-made parts (a model background, a mask proposal), or None."""
     results: list[dict[str, Any]] = []
     view: dict[str, Any] = {"background": None, "curation": None, "mask_status": None, "mask": None}
     if row.get("background") in ds.backgrounds:
@@ -284,12 +303,17 @@ def pushed_values(ds: Dataset, row: Mapping[str, Any], vocab: TagVocabulary) -> 
     if verdict:
         view["mask_status"] = verdict
         results.append(_choices_result(MASK_REVIEW, verdict))
+    proposal = proposal_of(row)
     if row.get("mask_path"):
         mask = (ds.load_mask(row) > 0).astype(np.uint8)
         view["mask"] = mask_digest(mask)
-        results.append(brush_result(mask))
-    score = row.get("background_score") if row.get("background_source") == "model" else None
-    return view, results, (None if score is None else float(score))
+        results.append(brush_result(mask, proposal.score if proposal is not None else None))
+    scores: list[float] = []
+    if row.get("background_source") == "model" and row.get("background_score") is not None:
+        scores.append(float(row["background_score"]))
+    if proposal is not None and proposal.score is not None:
+        scores.append(proposal.score)
+    return view, results, (min(scores) if scores else None)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -310,6 +334,7 @@ class LabelStudioPushResult:
     kept: int
     snapshot: Path | None = None
     task_ids: dict[str, int] = field(default_factory=dict)
+    proposals: int = 0  # pushed samples whose mask is an unverified model proposal
 
 
 def project_title(ds: Dataset, project: str | None) -> str:
@@ -427,7 +452,8 @@ def push_labelstudio(
         snapshot.samples[sid] = {**entry, "task": int(task["id"])}
     snapshot.save(ds)
     result = LabelStudioPushResult(url.rstrip("/"), project_id, title, created, len(new_tasks), refreshed, kept, snap_path,
-                                   {sid: int(e["task"]) for sid, e in snapshot.samples.items() if "task" in e})
+                                   {sid: int(e["task"]) for sid, e in snapshot.samples.items() if "task" in e},
+                                   proposals=sum(proposal_of(r) is not None for r in rows))
     log.info("Label Studio project %r: %d task(s) imported, %d refreshed, %d annotated kept", title, len(new_tasks),
              refreshed, kept)
     return result
@@ -578,8 +604,8 @@ def observe_task(ds: Dataset, task: Mapping[str, Any], entry: Mapping[str, Any],
         digest = mask_digest(mask)
         obs.view["mask"] = digest
         if digest != pushed.get("mask"):
-            status = obs.edits["mask_status"].value if "mask_status" in obs.edits else "human"
-            obs.edits["mask"] = Edit("mask", mask, f"brush of annotation {annotation.get('id')}", actor, mask_status=status)
+            # its status (the verdict's, human, or a proposal's outcome) is decided by sync.decide_mask_review
+            obs.edits["mask"] = Edit("mask", mask, f"brush of annotation {annotation.get('id')}", actor)
     return obs
 
 

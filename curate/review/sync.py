@@ -29,6 +29,30 @@ Units (:data:`UNITS`) and the folder fields each one writes:
 
 Backends (:mod:`curate.review.fiftyone`, :mod:`curate.review.labelstudio`) turn what they read
 into :class:`Observation` objects; :func:`apply_pull` does the rest, identically for both.
+
+Masks: a backend reports the reviewer's verdict (``mask_status`` edit, from ``mask:ok`` /
+``mask:bad``) and a new mask (``mask`` edit: repainted pixels, or None when removed) as it
+reads them; :func:`decide_mask_review` turns "verdict + maybe a new mask + the mask_status the
+push showed" into the folder edits, the same for both tools. For a *model proposal* (the push
+showed ``mask_status = model:<id>`` or a bare ``model``; :mod:`curate.masks.sources`):
+
+=======================  ===========  ===================================================  ==========
+verdict                  new mask     folder                                               counted
+=======================  ===========  ===================================================  ==========
+``mask:ok``              none         the proposal kept, ``mask_status = ok`` (human)      accepted
+``mask:ok`` or none      repainted    the new mask, ``mask_status = human``                repainted
+``mask:bad``             none         the mask dropped (``set_mask(None)``), status bad    rejected
+none or ``mask:bad``     removed      the mask dropped, status bad (FiftyOne only)         rejected
+``mask:bad``             repainted    nothing: a problem (drop or keep? choose one)
+``mask:ok``              removed      nothing: a problem
+=======================  ===========  ===================================================  ==========
+
+A proposal decision guards *both* mask units: it is applied only if neither the mask nor its
+status changed in the folder since the push (a newer ``curate propose-masks`` run replaced the
+proposal: the reviewer judged another mask), otherwise it is a :class:`Conflict` like any other.
+Other masks keep the plain rules: a verdict sets ``mask_status``; a new mask takes the verdict's
+status, else ``human``. The counts are :attr:`PullReport.proposals`
+(``proposals: 5 accepted, 2 repainted, 3 rejected (masks dropped)``).
 """
 from __future__ import annotations
 
@@ -45,6 +69,7 @@ from typing import Any, Literal
 import numpy as np
 
 from curate import __version__
+from curate.masks.sources import MASK_RUN_KEY, MASK_SCORE_KEY, REJECTED_STATUS, mask_source, model_id_of
 from curate.runs import slug
 from curate.store import Dataset, DatasetError
 from curate.store import schema as S
@@ -125,6 +150,40 @@ def _float(value: Any) -> float | None:
     return None if value is None else float(value)
 
 
+@dataclass(frozen=True)
+class Proposal:
+    """A row's unverified model proposal: the model id of ``mask_status = model:<id>`` and, from the
+    row's ``extra``, the model's confidence (``mask_score``) and the propose-masks run (``mask_run``)."""
+
+    model_id: str
+    score: float | None
+    run: str | None
+
+
+def row_extra(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A row's ``extra`` object (stored as JSON text); {} when missing or unreadable."""
+    extra = row.get("extra")
+    if isinstance(extra, Mapping):
+        return dict(extra)
+    try:
+        value = json.loads(extra) if isinstance(extra, str) and extra else {}
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def proposal_of(row: Mapping[str, Any]) -> Proposal | None:
+    """The row's model proposal, or None when its mask is not one (:func:`mask_source` != model)."""
+    if mask_source(row) != "model":
+        return None
+    extra = row_extra(row)
+    score = extra.get(MASK_SCORE_KEY)
+    run = extra.get(MASK_RUN_KEY)
+    return Proposal(model_id=model_id_of(row.get("mask_status")) or "",
+                    score=float(score) if isinstance(score, (int, float)) and not isinstance(score, bool) else None,
+                    run=str(run) if run is not None else None)
+
+
 def jsonable(value: Any) -> Any:
     """Tuples as lists, numpy scalars as Python values (what a snapshot stores and compares)."""
     if isinstance(value, (list, tuple)):
@@ -200,13 +259,22 @@ def now_iso() -> str:
 @dataclass
 class Edit:
     """The tool's new value of one unit (in folder terms). For ``mask``, ``value`` is the new
-    mask array (or None to remove it) and ``mask_status`` the status to give it."""
+    mask array (or None to remove it) and ``mask_status`` the status to give it (None: decided
+    by :func:`decide_mask_review` from the verdict, else ``human``).
+
+    ``covers``: further units this edit decides together with its own (their folder values must
+    be unchanged since the push too, and their tool values are settled with it); ``proposal``:
+    what the edit does to a model proposal (accepted, repainted, rejected), counted in
+    :attr:`PullReport.proposals` when applied.
+    """
 
     unit: str
     value: Any
     source: str
     actor: str | None = None
     mask_status: str | None = None
+    covers: tuple[str, ...] = ()
+    proposal: str | None = None
 
 
 @dataclass
@@ -266,9 +334,44 @@ class Change:
         return f"sample {self.sample_id} [{self.unit}]: {_show(self.old)} -> {_show(self.new)} ({self.source}; {self.actor})"
 
 
+#: What a pull can do to a model proposal (:func:`decide_mask_review`).
+PROPOSAL_OUTCOMES: tuple[str, ...] = ("accepted", "repainted", "rejected")
+
+
+@dataclass
+class ProposalCounts:
+    """How many model proposals a pull accepted, repainted and rejected (their masks dropped),
+    and how many verdicts on proposals were left in conflict."""
+
+    accepted: int = 0
+    repainted: int = 0
+    rejected: int = 0
+    conflicts: int = 0
+
+    def add(self, outcome: str) -> None:
+        if outcome not in PROPOSAL_OUTCOMES:
+            raise ValueError(f"a proposal outcome is one of {', '.join(PROPOSAL_OUTCOMES)}, not {outcome!r}")
+        setattr(self, outcome, getattr(self, outcome) + 1)
+
+    @property
+    def total(self) -> int:
+        return self.accepted + self.repainted + self.rejected + self.conflicts
+
+    def as_dict(self) -> dict[str, int]:
+        return {"accepted": self.accepted, "repainted": self.repainted, "rejected": self.rejected,
+                "conflicts": self.conflicts}
+
+    def line(self) -> str:
+        """``proposals: 5 accepted, 2 repainted, 3 rejected (masks dropped)`` (+ ``; 1 left in conflict``)."""
+        text = (f"proposals: {self.accepted} accepted, {self.repainted} repainted, "
+                f"{self.rejected} rejected (masks dropped)")
+        return text + (f"; {self.conflicts} left in conflict" if self.conflicts else "")
+
+
 @dataclass
 class PullReport:
-    """The outcome of a pull: applied changes, conflicts, problems (unknown tags and the like)."""
+    """The outcome of a pull: applied changes, conflicts, problems (unknown tags and the like),
+    and what happened to model mask proposals (:class:`ProposalCounts`)."""
 
     backend: str
     target: str
@@ -277,15 +380,18 @@ class PullReport:
     conflicts: list[Conflict] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
     snapshot: Path | None = None
+    proposals: ProposalCounts = field(default_factory=ProposalCounts)
 
     @property
     def unresolved(self) -> list[Conflict]:
         return [c for c in self.conflicts if c.resolution is None]
 
     def summary(self) -> str:
+        """One line; ``; proposals: ...`` is added when the pull touched model proposals."""
         changed = len({c.sample_id for c in self.applied})
-        return (f"{self.backend} {self.target}: {self.observed} sample(s) read, {len(self.applied)} change(s) applied to "
+        text = (f"{self.backend} {self.target}: {self.observed} sample(s) read, {len(self.applied)} change(s) applied to "
                 f"{changed} sample(s), {len(self.unresolved)} conflict(s) left, {len(self.problems)} problem(s)")
+        return text + (f"; {self.proposals.line()}" if self.proposals.total else "")
 
 
 def _show(value: Any) -> str:
@@ -303,10 +409,69 @@ def _same_mask(ds: Dataset, row: Mapping[str, Any], new: np.ndarray | None) -> b
 
 
 def _already(ds: Dataset, row: Mapping[str, Any], now: Mapping[str, Any], edit: Edit) -> bool:
-    """Whether the folder already holds the edit's value."""
+    """Whether the folder already holds the edit's value (and, for a mask edit that covers its
+    status, that status)."""
     if edit.unit == "mask":
-        return _same_mask(ds, row, edit.value)
+        same = _same_mask(ds, row, edit.value)
+        return same and ("mask_status" not in edit.covers or now["mask_status"] == edit.mask_status)
     return jsonable(now[edit.unit]) == jsonable(edit.value)
+
+
+def decide_mask_review(sample_id: str, edits: Mapping[str, Edit], pushed_status: str | None
+                       ) -> tuple[dict[str, Edit], list[Problem]]:
+    """The folder edits of a reviewer's mask verdict and new mask (module docstring's table).
+
+    ``edits`` are what a backend read for one sample (its ``mask_status`` edit is the verdict, its
+    ``mask`` edit the repainted or removed mask); ``pushed_status`` is the ``mask_status`` the
+    push showed. Returns the edits to apply (other units untouched) and the problems (a verdict
+    that contradicts the mask; both mask units are then left as they are).
+    """
+    verdict, mask = edits.get("mask_status"), edits.get("mask")
+    if verdict is None and mask is None:
+        return dict(edits), []
+    out = {unit: edit for unit, edit in edits.items() if unit not in ("mask", "mask_status")}
+    if model_id_of(pushed_status) is None:  # a human, exact or rejected mask (or none): the plain rules
+        if verdict is not None:
+            out["mask_status"] = verdict
+        if mask is not None:
+            status = mask.mask_status
+            if status is None:
+                status = verdict.value if verdict is not None and verdict.value is not None else (
+                    "human" if mask.value is not None else None)
+            out["mask"] = Edit("mask", mask.value, mask.source, mask.actor, mask_status=status)
+        return out, []
+    said = verdict.value if verdict is not None else None
+    what = f"model proposal {pushed_status}"
+    if mask is not None and mask.value is not None:  # repainted
+        if verdict is not None and said == REJECTED_STATUS:
+            return out, [Problem(sample_id, "mask", f"{verdict.source} and a repainted mask ({mask.source}) on the "
+                                                    f"{what}: mask:bad drops the proposal, a repaint replaces it; "
+                                                    "keep one; not applied")]
+        out["mask"] = Edit("mask", mask.value, f"{mask.source} (repainted {what})", mask.actor,
+                           mask_status="human", covers=("mask_status",), proposal="repainted")
+        return out, []
+    if mask is not None:  # removed (FiftyOne): the proposal is dropped, unless mask:ok says keep it
+        if verdict is not None and said != REJECTED_STATUS:
+            return out, [Problem(sample_id, "mask", f"{verdict.source} but the mask was removed ({mask.source}) on the "
+                                                    f"{what}; keep one; not applied")]
+        out["mask"] = Edit("mask", None, f"{mask.source} (rejected {what}: mask dropped)", mask.actor,
+                           mask_status=REJECTED_STATUS, covers=("mask_status",), proposal="rejected")
+        return out, []
+    assert verdict is not None
+    if said == REJECTED_STATUS:  # mask:bad: the proposal is dropped, never kept as a mask
+        out["mask"] = Edit("mask", None, f"{verdict.source} (rejected {what}: mask dropped)", verdict.actor,
+                           mask_status=REJECTED_STATUS, covers=("mask_status",), proposal="rejected")
+    elif said is None or model_id_of(said) is not None:  # the verdict removed, or another model's status
+        out["mask_status"] = verdict
+    else:  # mask:ok (or another person's status): the proposal is verified as it is
+        out["mask_status"] = Edit("mask_status", said, f"{verdict.source} (accepted {what})", verdict.actor,
+                                  covers=("mask",), proposal="accepted")
+    return out, []
+
+
+def _values(units: Mapping[str, Any], names: tuple[str, ...]) -> Any:
+    """One unit's value, or ``{unit: value}`` of several (what a conflict shows)."""
+    return units.get(names[0]) if len(names) == 1 else {name: units.get(name) for name in names}
 
 
 def validate_edit(ds: Dataset, edit: Edit) -> str | None:
@@ -363,33 +528,40 @@ def apply_pull(
         row = ds.row(obs.sample_id)
         now = folder_units(ds, row)
         pushed = entry["folder"]
-        for unit, edit in obs.edits.items():
+        edits, mask_problems = decide_mask_review(obs.sample_id, obs.edits, pushed.get("mask_status"))
+        report.problems.extend(mask_problems)
+        for unit, edit in edits.items():
             why = validate_edit(ds, edit)
             if why:
                 report.problems.append(Problem(obs.sample_id, unit, f"{edit.source}: {why}; not applied"))
                 continue
-            folder_unchanged = jsonable(now[unit]) == jsonable(pushed.get(unit))
+            units = (unit, *edit.covers)
+            folder_unchanged = all(jsonable(now[u]) == jsonable(pushed.get(u)) for u in units)
             if _already(ds, row, now, edit):
-                settled.append((obs.sample_id, unit, obs.view.get(unit)))
+                settled.extend((obs.sample_id, u, obs.view.get(u)) for u in units)
                 continue
             if not folder_unchanged:
-                conflict = Conflict(obs.sample_id, unit, pushed.get(unit), now[unit], edit.value)
+                conflict = Conflict(obs.sample_id, unit, _values(pushed, units), _values(now, units), edit.value)
                 report.conflicts.append(conflict)
                 if on_conflict == "folder":
                     conflict.resolution = "folder"
-                    settled.append((obs.sample_id, unit, obs.view.get(unit)))
+                    settled.extend((obs.sample_id, u, obs.view.get(u)) for u in units)
                     continue
                 if on_conflict != "view":
+                    if edit.proposal:
+                        report.proposals.conflicts += 1
                     continue
                 conflict.resolution = "view"
             who = edit.actor or actor
             old = row.get("mask_path") if unit == "mask" else now[unit]
             report.applied.append(Change(obs.sample_id, unit, old, edit.value, edit.source, who))
+            if edit.proposal:
+                report.proposals.add(edit.proposal)
             if unit == "mask":
                 masks.append((obs.sample_id, edit, who))
             else:
                 plans[who].setdefault(obs.sample_id, {}).update(unit_fields(unit, edit.value))
-            settled.append((obs.sample_id, unit, obs.view.get(unit)))
+            settled.extend((obs.sample_id, u, obs.view.get(u)) for u in units)
     if dry_run:
         return report
     for who, per_sample in plans.items():

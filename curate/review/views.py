@@ -8,6 +8,16 @@ become Label Studio tasks by default). ``sort_by`` may also name the pseudo colu
 ``audit:<check>``: the score of that check in the newest audit run that ran it (FiftyOne shows it
 as the sample field ``audit_<check>``; docs/design.md#audit).
 
+Derived columns (:data:`DERIVED_COLUMNS`), usable in ``match`` and ``sort_by`` like columns of
+``samples.parquet`` and pushed to FiftyOne as sample fields of the same name:
+
+================  ============================================================================
+``mask_source``   human | exact | model | rejected, or null without a mask
+                  (:func:`curate.masks.sources.mask_source` of ``mask_status``)
+``mask_score``    a model proposal's confidence in [0, 1] (``extra.mask_score``, written by
+                  ``curate propose-masks``); null for any other mask and for proposals without one
+================  ============================================================================
+
 Conditions: a plain value (equal), null (missing), or a mapping of operators ``eq``, ``ne``,
 ``lt``, ``le``, ``gt``, ``ge``, ``in``, ``nin``, ``exists``, ``has`` (a list column such as
 ``tags`` contains the value). ``match_any`` (a list of such mappings) adds "and at least one of
@@ -26,7 +36,9 @@ from typing import Any
 
 import yaml
 
+from curate.masks.sources import mask_source
 from curate.review.annotation import VIEWS_FILE, annotation_file
+from curate.review.sync import proposal_of
 from curate.store.schema import COLUMN_NAMES
 
 log = logging.getLogger(__name__)
@@ -36,6 +48,21 @@ OPERATORS: tuple[str, ...] = ("eq", "ne", "lt", "le", "gt", "ge", "in", "nin", "
 CORRECT_PREFIX = "correct@"
 #: The pseudo column of an audit check's score (``sort_by`` only): ``audit:<check>``.
 AUDIT_PREFIX = "audit:"
+#: Columns computed from a row (see the module docstring), with what they hold.
+DERIVED_COLUMNS: dict[str, str] = {
+    "mask_source": "where the mask came from: human, exact, model or rejected (null without a mask)",
+    "mask_score": "a model proposal's confidence in [0, 1] (null for other masks)",
+}
+
+
+def column_value(row: Mapping[str, Any], column: str) -> Any:
+    """A row's value of a column of samples.parquet or of a derived column."""
+    if column == "mask_source":
+        return mask_source(row)
+    if column == "mask_score":
+        proposal = proposal_of(row)
+        return proposal.score if proposal is not None else None
+    return row.get(column)
 
 
 class ViewError(ValueError):
@@ -105,7 +132,7 @@ class ViewSpec:
                 run = condition.column[len(CORRECT_PREFIX):]
                 actual = (correct or {}).get(run, {}).get(row.get("sample_id"))
             else:
-                actual = row.get(condition.column)
+                actual = column_value(row, condition.column)
             return condition.test(actual)
 
         if not all(holds(c) for c in self.conditions):
@@ -127,9 +154,9 @@ def _conditions(view: str, match: Any) -> tuple[Condition, ...]:
     out: list[Condition] = []
     for column, condition in match.items():
         column = str(column)
-        if column not in COLUMN_NAMES and not column.startswith(CORRECT_PREFIX):
-            raise ViewError(f"view {view!r}: unknown column {column!r} (columns of samples.parquet, or "
-                            f"{CORRECT_PREFIX}{{run}})")
+        if column not in COLUMN_NAMES and column not in DERIVED_COLUMNS and not column.startswith(CORRECT_PREFIX):
+            raise ViewError(f"view {view!r}: unknown column {column!r} (columns of samples.parquet, "
+                            f"{', '.join(DERIVED_COLUMNS)}, or {CORRECT_PREFIX}{{run}})")
         if isinstance(condition, Mapping):
             if not condition:
                 raise ViewError(f"view {view!r}: empty condition for {column!r}")
@@ -149,8 +176,8 @@ def _conditions(view: str, match: Any) -> tuple[Condition, ...]:
 
 
 def _sortable(column: str) -> bool:
-    """A column of samples.parquet, or ``audit:<check>`` with a check ``curate audit`` runs."""
-    if column in COLUMN_NAMES:
+    """A column of samples.parquet, a derived column, or ``audit:<check>`` with a check ``curate audit`` runs."""
+    if column in COLUMN_NAMES or column in DERIVED_COLUMNS:
         return True
     if column.startswith(AUDIT_PREFIX):
         from curate.audit.base import CHECKS
@@ -187,7 +214,7 @@ def load_views(path: str | Path | None = None) -> list[ViewSpec]:
         sort_by = item.get("sort_by")
         if sort_by is not None and not _sortable(str(sort_by).lstrip("-")):
             raise ViewError(f"{path}: view {name!r} sorts by unknown column {sort_by!r} (columns of samples.parquet, "
-                            f"or {AUDIT_PREFIX}<check>)")
+                            f"{', '.join(DERIVED_COLUMNS)}, or {AUDIT_PREFIX}<check>)")
         match_any = item.get("match_any") or []
         if not isinstance(match_any, list):
             raise ViewError(f"{path}: view {name!r}: match_any must be a list of match mappings")

@@ -10,7 +10,9 @@ tag                   meaning in the dataset folder
                       feature_noise, obscurity, clarity (papers/003 §2.1)
 ``bg:<background>``   background = <background> (dataset.yaml's vocabulary),
                       background_source = human, background_score = null
-``mask:ok/mask:bad``  mask_status = ok / bad
+``mask:ok/mask:bad``  mask_status = ok / bad. On a model proposal (``mask_status =
+                      model:<id>``): ``mask:ok`` verifies it (ok), ``mask:bad`` drops the
+                      mask (no mask, status bad); see :func:`curate.review.sync.decide_mask_review`
 ``tag:<word>``        <word> in the folder's free ``tags`` column
 ``suspect:<check>``   ``suspect:<check>`` in the ``tags`` column: ``curate audit`` ranked the
                       photo among the top candidates of a check (docs/design.md#audit); a
@@ -40,6 +42,7 @@ from typing import Any
 
 import yaml
 
+from curate.masks.sources import MODEL_PREFIX, REJECTED_STATUS
 from curate.review.annotation import TAGS_FILE, annotation_file
 
 #: The audit's pre-tags (``suspect:<check>``, curate.audit): kept as is in the folder's tags column.
@@ -168,6 +171,12 @@ class TagVocabulary:
             raise VocabularyError(f"{path}: missing or malformed key {exc} (see the comments in the shipped file)") from None
         if not vocab.reasons:
             raise VocabularyError(f"{path}: curation.reasons is empty")
+        if REJECTED_STATUS not in vocab.mask_tags.values():
+            raise VocabularyError(f"{path}: mask.tags needs a tag for status {REJECTED_STATUS!r} (the verdict that drops "
+                                  "a model proposal and that mask-based numbers leave out; curate/masks/sources.py)")
+        if any(status == "model" or status.startswith(MODEL_PREFIX) for status in vocab.mask_tags.values()):
+            raise VocabularyError(f"{path}: a mask tag cannot give a model status ({MODEL_PREFIX}...): only "
+                                  "curate propose-masks writes those")
         return vocab
 
     # ------------------------------------------------------------------ folder -> tags
@@ -274,7 +283,9 @@ class TagVocabulary:
         rows = [(self.accept, "keep the photo (status accepted)")]
         rows += [(f"{self.reject_prefix}{r}", f"reject: {why}") for r, why in self.reasons.items()]
         rows += [(f"{self.background_prefix}{b}", f"background is {b}") for b in backgrounds]
-        rows += [(t, f"mask_status = {s}") for t, s in self.mask_tags.items()]
+        rows += [(t, f"mask_status = {s}" + (" (on a model proposal: the mask is dropped)" if s == REJECTED_STATUS
+                                              else " (on a model proposal: verified as it is)"))
+                 for t, s in self.mask_tags.items()]
         rows.append((f"{self.free_prefix}<word>", "a free tag kept in the folder's tags column"))
         return rows
 

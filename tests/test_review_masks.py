@@ -1,0 +1,308 @@
+"""Model mask proposals through the review round trips (issue 24, part 2 "Review").
+
+A tiny synthetic world where six samples got a model proposal (``mask_status = model:tiny@abc``,
+``extra.mask_score`` / ``extra.mask_run``, as ``curate propose-masks`` leaves them;
+tests/review_helpers.py ``proposal_world``) is pushed to FiftyOne (a real MongoDB) and to Label
+Studio (a real server); a reviewer accepts, repaints and rejects proposals through each tool's
+API; the pull is checked in the folder (statuses, masks kept / replaced / dropped), in its
+report (``proposals: N accepted, N repainted, N rejected (masks dropped)``) and in
+``changes.jsonl``. A proposal a newer propose-masks run replaced after the push is a conflict,
+never clobbered. The servers are the session fixtures of the two review suites.
+"""
+from __future__ import annotations
+
+import hashlib
+import secrets
+import uuid
+from typing import Any
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from review_helpers import PROPOSAL_SCORES, proposal_world, propose, square_mask, table_of
+
+# the session servers of the review suites (pytest needs the fixtures in this module's namespace)
+from service_fixtures import EMAIL
+
+from curate.cli import main
+from curate.review import rle
+from curate.review.sync import Edit, ProposalCounts, decide_mask_review
+
+PROPOSED = "model:tiny@abc"
+
+
+def _masks(world, ids) -> dict[str, np.ndarray]:
+    return {sid: world.load_mask(sid) for sid in ids}
+
+
+def _other_mask(world, sid: str, shift: int = 0) -> np.ndarray:
+    row = world.row(sid)
+    mask = square_mask(row["height"], row["width"], 16 + shift, 14, 10)
+    mask[2:5, 2:30] = 1
+    return mask
+
+
+def _records_since(world, count: int) -> list[dict[str, Any]]:
+    return world.changes()[count:]
+
+
+# ------------------------------------------------------------------------------ the shared decision
+
+
+@pytest.mark.parametrize(("pushed", "verdict", "mask", "expected"), [
+    # a model proposal
+    (PROPOSED, "ok", "same", ("mask_status", "ok", "accepted")),
+    (PROPOSED, "ok", "new", ("mask", "human", "repainted")),
+    (PROPOSED, None, "new", ("mask", "human", "repainted")),
+    (PROPOSED, "bad", "same", ("mask", "bad", "rejected")),
+    (PROPOSED, None, "removed", ("mask", "bad", "rejected")),
+    (PROPOSED, "bad", "removed", ("mask", "bad", "rejected")),
+    (PROPOSED, "bad", "new", "problem"),
+    (PROPOSED, "ok", "removed", "problem"),
+    ("model", "bad", "same", ("mask", "bad", "rejected")),  # a bare `model` status is a proposal too
+    # a human or exact mask: today's rules
+    ("synthetic", "bad", "same", ("mask_status", "bad", None)),
+    ("synthetic", "bad", "new", ("mask", "bad", None)),
+    ("human", None, "new", ("mask", "human", None)),
+    (None, None, "removed", ("mask", None, None)),
+])
+def test_one_decision_turns_verdict_and_mask_into_edits(pushed, verdict, mask, expected) -> None:
+    new = np.ones((4, 4), np.uint8)
+    edits = {"curation": Edit("curation", ["accepted", None], "tag accept")}
+    if verdict is not None:
+        edits["mask_status"] = Edit("mask_status", verdict, f"tag mask:{verdict}", actor="ann")
+    if mask != "same":
+        edits["mask"] = Edit("mask", new if mask == "new" else None, "brush", actor="ann")
+    out, problems = decide_mask_review("s1", edits, pushed)
+    assert out["curation"] is edits["curation"]  # other units untouched
+    if expected == "problem":
+        assert len(problems) == 1 and "keep one" in problems[0].message
+        assert "mask" not in out and "mask_status" not in out
+        return
+    unit, status, outcome = expected
+    assert not problems
+    edit = out[unit]
+    assert edit.proposal == outcome and edit.actor == "ann"
+    mask_units = {u for u in out if u in ("mask", "mask_status")}
+    if outcome:  # one edit decides a proposal and guards both mask units
+        assert mask_units == {unit} and set((unit, *edit.covers)) == {"mask", "mask_status"}
+    if unit == "mask":
+        assert edit.mask_status == status
+        assert (edit.value is None) == (outcome == "rejected" or mask == "removed")
+    else:
+        assert edit.value == status
+
+
+def test_the_report_line_counts_proposals() -> None:
+    counts = ProposalCounts()
+    for outcome in ("accepted",) * 5 + ("repainted",) * 2 + ("rejected",) * 3:
+        counts.add(outcome)
+    assert counts.line() == "proposals: 5 accepted, 2 repainted, 3 rejected (masks dropped)"
+    counts.conflicts = 1
+    assert counts.line().endswith("; 1 left in conflict")
+    with pytest.raises(ValueError):
+        counts.add("kept")
+
+
+def test_masks_to_verify_and_masks_to_review_never_share_a_sample(tmp_path) -> None:
+    from curate.review.views import expand_views, find_view, load_views
+
+    world, proposals = proposal_world(tmp_path / "world")
+    views = expand_views(load_views(), [])
+    verify, review = find_view(views, "masks to verify"), find_view(views, "masks to review")
+    rows = world.rows()
+    in_verify = {r["sample_id"] for r in rows if verify.matches(r)}
+    in_review = {r["sample_id"] for r in rows if review.matches(r)}
+    bare = {r["sample_id"] for r in rows if r["mask_status"] == "model"}
+    assert in_verify == set(proposals) | bare and len(bare) == 3
+    assert not in_verify & in_review and verify.review and verify.sort_by == "mask_score"
+    assert "lowest first" in verify.description
+
+
+def test_a_vocabulary_without_the_rejecting_verdict_is_refused(tmp_path) -> None:
+    from curate.review.annotation import annotation_file
+    from curate.review.vocabulary import TagVocabulary, VocabularyError
+
+    text = annotation_file("tags.yaml").read_text().replace('"mask:bad": bad', '"mask:bad": wrong')
+    path = tmp_path / "tags.yaml"
+    path.write_text(text)
+    with pytest.raises(VocabularyError, match="'bad'"):
+        TagVocabulary.load(path)
+
+
+# ------------------------------------------------------------------------------ FiftyOne
+
+
+@pytest.mark.fiftyone
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_fiftyone_proposals_are_verified_repainted_or_dropped(fo, tmp_path) -> None:
+    from curate.review.fiftyone import pull_fiftyone, push_fiftyone
+
+    world, p = proposal_world(tmp_path / "world")
+    rows = {r["sample_id"]: r for r in world.rows()}
+    bare = [sid for sid, r in rows.items() if r["mask_status"] == "model"]
+    exact = next(sid for sid, r in rows.items() if r["mask_status"] == "synthetic")
+    name = f"t-{uuid.uuid4().hex[:10]}"
+    result = push_fiftyone(world.root, name=name)
+    assert result.proposals == len(p) + len(bare)
+    dataset = fo.load_dataset(name)
+    sample = lambda sid: dataset.match(fo.ViewField("sample_id") == sid).first()  # noqa: E731
+    # the proposal is the sample's Segmentation; its source, score and run are fields
+    first = sample(p[0])
+    assert isinstance(first.mask, fo.Segmentation) and first.mask.mask_path == str(world.mask_path(p[0]))
+    assert (first.mask_source, first.mask_score, first.mask_run) == ("model", PROPOSAL_SCORES[0], "masks-tiny")
+    assert (sample(exact).mask_source, sample(exact).mask_score) == ("exact", None)
+    # "masks to verify": the proposals, lowest score first (those without a score before all)
+    view = dataset.load_saved_view("masks to verify")
+    order = [p[i] for i in np.argsort(PROPOSAL_SCORES)]
+    assert view.values("sample_id")[len(bare):] == order and set(view.values("sample_id")[:len(bare)]) == set(bare)
+    assert view.values("mask_score") == [None] * len(bare) + sorted(PROPOSAL_SCORES)
+    assert "lowest first" in dataset.get_saved_view_info("masks to verify")["description"]
+    assert not set(dataset.load_saved_view("masks to review").values("sample_id")) & set(view.values("sample_id"))
+
+    # the reviewer, through FiftyOne's API as the App stores it
+    proposed = _masks(world, p)
+    dataset.select_by("sample_id", [p[0], p[1], p[5]]).tag_samples(["mask:ok"])
+    dataset.select_by("sample_id", [p[3], p[4], exact, bare[0]]).tag_samples(["mask:bad"])
+    repainted = _other_mask(world, p[2])
+    for sid in (p[2], bare[0]):  # p[2]: repainted (and mask:ok); bare[0]: repainted AND mask:bad
+        edited = sample(sid)
+        edited["mask"] = fo.Segmentation(mask=repainted)
+        edited.save()
+    dataset.select_by("sample_id", [p[2]]).tag_samples(["mask:ok"])
+    # a newer propose-masks run (same model) replaces p[5]'s proposal after the push
+    newer = _other_mask(world, p[5], shift=3)
+    propose(world, p[5], newer, 0.5, run="masks-tiny-2")
+    dropped_files = [world.mask_path(sid) for sid in (p[3], p[4])]
+    exact_mask = world.row(exact)["mask_path"]
+    bare_before = world.row(bare[0])
+
+    # a dry run through the CLI prints the report line and writes nothing
+    digest = hashlib.sha256((world.root / "samples.parquet").read_bytes()).hexdigest()
+    cli = CliRunner(env={"COLUMNS": "400"}).invoke(main, ["review", "pull", str(world.root), "--name", name,
+                                                          "--actor", "alice", "--dry-run"])
+    assert cli.exit_code == 2, cli.output  # the conflict is left for the user
+    assert "proposals: 2 accepted, 1 repainted, 2 rejected (masks dropped); 1 left in conflict" in cli.output
+    assert f"conflict sample {p[5]} [mask_status]" in cli.output  # the unit is text, not rich markup
+    assert hashlib.sha256((world.root / "samples.parquet").read_bytes()).hexdigest() == digest
+
+    log_before = len(world.changes())
+    report = pull_fiftyone(world.root, name=name, actor="alice")
+    assert report.proposals.as_dict() == {"accepted": 2, "repainted": 1, "rejected": 2, "conflicts": 1}
+    assert "proposals: 2 accepted, 1 repainted, 2 rejected (masks dropped)" in report.summary()
+    for sid in (p[0], p[1]):  # accepted: the proposal kept, verified by a person
+        row = world.row(sid)
+        assert row["mask_status"] == "ok" and np.array_equal(world.load_mask(sid), proposed[sid])
+    assert world.row(p[2])["mask_status"] == "human" and np.array_equal(world.load_mask(p[2]), repainted)
+    for sid, path in zip((p[3], p[4]), dropped_files):  # rejected: dropped, never kept as a mask
+        row = world.row(sid)
+        assert (row["mask_path"], row["mask_status"]) == (None, "bad") and not path.exists()
+    # the newer proposal is not clobbered: a conflict, reported
+    assert world.row(p[5])["mask_status"] == PROPOSED and np.array_equal(world.load_mask(p[5]), newer)
+    assert [(c.sample_id, c.unit, c.resolution) for c in report.conflicts] == [(p[5], "mask_status", None)]
+    # a human or exact mask keeps today's mask:bad: marked, kept
+    assert (world.row(exact)["mask_status"], world.row(exact)["mask_path"]) == ("bad", exact_mask)
+    # mask:bad beside a repaint contradicts itself: reported, nothing changed
+    assert world.row(bare[0]) == bare_before
+    assert [p_.sample_id for p_ in report.problems if "keep one" in p_.message] == [bare[0]]
+    records = _records_since(world, log_before)
+    assert {r["actor"] for r in records} == {"review.fiftyone:alice"}
+    assert {r["sample_id"] for r in records} == {p[0], p[1], p[2], p[3], p[4], exact}
+    assert {(r["field"], r["new"]) for r in records if r["sample_id"] == p[3]} == {("mask_path", None),
+                                                                                 ("mask_status", "bad")}
+    # FiftyOne shows the folder again: decided proposals left the view, the dropped mask is gone
+    assert set(dataset.load_saved_view("masks to verify").values("sample_id")) == {p[5], *bare}
+    assert sample(p[3]).mask is None and sample(p[0]).mask_source == "human"
+    # pulling again changes nothing; the conflict stays until chosen
+    again = pull_fiftyone(world.root, name=name, actor="alice")
+    assert not again.applied and len(again.unresolved) == 1 and len(world.changes()) == log_before + len(records)
+    kept = pull_fiftyone(world.root, name=name, actor="alice", on_conflict="folder")
+    assert not kept.applied and world.row(p[5])["mask_status"] == PROPOSED
+    assert not pull_fiftyone(world.root, name=name, actor="alice").conflicts
+
+
+# ------------------------------------------------------------------------------ Label Studio
+
+
+def _post(ls, project_id: int, task: dict[str, Any], result: list[dict[str, Any]]) -> None:
+    body = {"result": result, "lead_time": 4.0, "project": project_id, "was_cancelled": False,
+            "parent_prediction": (task.get("predictions") or [{}])[0].get("id")}
+    response = ls.http.post(f"/api/tasks/{task['id']}/annotations/", params={"project": project_id}, json=body)
+    assert response.status_code == 201, response.text
+
+
+def _verdict(value: str) -> dict[str, Any]:
+    return {"id": secrets.token_hex(5), "from_name": "mask_review", "to_name": "image", "type": "choices",
+            "origin": "manual", "value": {"choices": [value]}}
+
+
+def _stroke(mask: np.ndarray) -> dict[str, Any]:
+    height, width = mask.shape
+    return {"id": secrets.token_hex(5), "from_name": "mask", "to_name": "image", "type": "brushlabels",
+            "origin": "manual", "original_width": width, "original_height": height, "image_rotation": 0,
+            "value": {"format": "rle", "rle": rle.encode_rgba(mask), "brushlabels": ["animal"]}}
+
+
+@pytest.mark.labelstudio
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_labelstudio_proposals_are_verified_repainted_or_dropped(ls) -> None:
+    from curate.review.labelstudio import MediaSource, pull_labelstudio, push_labelstudio
+
+    world, p = proposal_world(ls.docroot / f"masks-{uuid.uuid4().hex[:8]}")
+    rows = {r["sample_id"]: r for r in world.rows()}
+    bare = [sid for sid, r in rows.items() if r["mask_status"] == "model"]
+    media = MediaSource("local-files", document_root=ls.docroot)
+    result = push_labelstudio(world.root, url=ls.url, token=ls.token, media=media)
+    assert result.proposals == len(p) + len(bare)
+    response = ls.http.get("/api/tasks", params={"project": result.project_id, "fields": "all", "page_size": 1000})
+    response.raise_for_status()
+    data = response.json()
+    tasks = {t["data"]["sample_id"]: t for t in (data["tasks"] if isinstance(data, dict) else data)}
+    assert set(p) | set(bare) <= set(tasks)
+    proposed = _masks(world, p)
+    for sid, score in zip(p, PROPOSAL_SCORES):  # the proposal is the prediction's brush, with its score
+        prediction = tasks[sid]["predictions"][0]
+        brush = next(r for r in prediction["result"] if r["type"] == "brushlabels")
+        decoded = rle.decode_mask(brush["value"]["rle"], brush["original_width"], brush["original_height"])
+        assert np.array_equal(decoded, proposed[sid]) and brush["score"] == pytest.approx(score)
+        assert not any(r["from_name"] == "mask_review" for r in prediction["result"])  # no verdict pre-selected
+        row = rows[sid]
+        model_bg = [row["background_score"]] if row["background_source"] == "model" else []
+        assert prediction["score"] == pytest.approx(min([score, *model_bg]))
+
+    def as_predicted(sid: str, brush: bool = True) -> list[dict[str, Any]]:
+        """The prediction as the editor loads it (what a reviewer submits when touching nothing)."""
+        return [r for r in tasks[sid]["predictions"][0]["result"] if brush or r["type"] != "brushlabels"]
+
+    repainted = _other_mask(world, p[1])
+    _post(ls, result.project_id, tasks[p[0]], as_predicted(p[0]) + [_verdict("mask:ok")])
+    _post(ls, result.project_id, tasks[p[1]], as_predicted(p[1], brush=False) + [_stroke(repainted), _verdict("mask:ok")])
+    _post(ls, result.project_id, tasks[p[2]], as_predicted(p[2]) + [_verdict("mask:bad")])
+    _post(ls, result.project_id, tasks[p[3]], [_stroke(repainted), _verdict("mask:bad")])  # contradicts itself
+    _post(ls, result.project_id, tasks[p[4]], as_predicted(p[4]) + [_verdict("mask:bad")])
+    # p[5] is left unopened; a newer propose-masks run with another model replaces p[4]'s proposal meanwhile
+    newer = _other_mask(world, p[4], shift=2)
+    propose(world, p[4], newer, 0.8, model="big@def", run="masks-big")
+    dropped_file = world.mask_path(p[2])
+    before = {sid: world.row(sid) for sid in (p[3], p[5])}
+    log_before = len(world.changes())
+    report = pull_labelstudio(world.root, url=ls.url, token=ls.token)
+    assert report.proposals.as_dict() == {"accepted": 1, "repainted": 1, "rejected": 1, "conflicts": 1}
+    assert "proposals: 1 accepted, 1 repainted, 1 rejected (masks dropped); 1 left in conflict" in report.summary()
+    assert world.row(p[0])["mask_status"] == "ok" and np.array_equal(world.load_mask(p[0]), proposed[p[0]])
+    assert world.row(p[1])["mask_status"] == "human" and np.array_equal(world.load_mask(p[1]), repainted)
+    row = world.row(p[2])
+    assert (row["mask_path"], row["mask_status"]) == (None, "bad") and not dropped_file.exists()
+    assert [p_.sample_id for p_ in report.problems] == [p[3]] and "keep one" in report.problems[0].message
+    assert {sid: world.row(sid) for sid in (p[3], p[5])} == before
+    assert [(c.sample_id, c.unit) for c in report.unresolved] == [(p[4], "mask")]
+    assert world.row(p[4])["mask_status"] == "model:big@def" and np.array_equal(world.load_mask(p[4]), newer)
+    records = _records_since(world, log_before)
+    assert {r["actor"] for r in records} == {f"review.labelstudio:{EMAIL}"}
+    assert {r["sample_id"] for r in records if r["field"] in ("mask_path", "mask_status")} == {p[0], p[1], p[2]}
+    snapshot = table_of(world.root)
+    again = pull_labelstudio(world.root, url=ls.url, token=ls.token)
+    assert not again.applied and table_of(world.root) == snapshot  # idempotent; the conflict stays reported
+    assert again.proposals.conflicts == 1
