@@ -27,11 +27,9 @@ Context tokens are masked out of the loss (``labels = -100``). Two routes comput
 """
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import json
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,7 +37,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from curate.lvlm.defaults import DEFAULT_ANSWER_TEMPLATE, DEFAULT_QUESTION  # re-exported (papers/003 App. C.4)
-from curate.models.base import LoadedModel, ModelError, WeightsNotFoundError, check_precision, resolve_device
+from curate.models.base import LoadedModel, ModelError, check_precision, resolve_device
+from curate.models.hf_folders import precision_dtype, quiet_transformers, resolve_hf_source, weights_fingerprint
 
 if TYPE_CHECKING:  # pragma: no cover
     from PIL import Image
@@ -47,7 +46,6 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["HFLvlm", "LvlmIdentity", "load_hf_lvlm", "lvlm_identity", "DEFAULT_QUESTION", "DEFAULT_ANSWER_TEMPLATE", "is_oom", "halving"]
 
 log = logging.getLogger(__name__)
-_WEIGHT_GLOBS = ("*.safetensors", "*.bin", "*.safetensors.index.json", "*.bin.index.json")
 
 
 def is_oom(error: BaseException) -> bool:
@@ -85,73 +83,8 @@ def halving(items: Sequence[Any], size: int, run: Callable[[Sequence[Any]], None
     return size
 
 
-@contextlib.contextmanager
-def _quiet_transformers() -> Iterator[None]:
-    """No "Loading weights" progress bars from transformers while we load (state restored)."""
-    from transformers.utils import logging as tlog
-
-    enabled = tlog.is_progress_bar_enabled()
-    tlog.disable_progress_bar()
-    try:
-        yield
-    finally:
-        if enabled:
-            tlog.enable_progress_bar()
-
-
-def _resolve_source(path_or_repo: str | Path) -> tuple[Path, str, str | None]:
-    """``(folder, name, revision)`` of a local folder or of a repo in the local HF cache."""
-    text = str(path_or_repo)
-    path = Path(text).expanduser()
-    if path.exists():
-        if not path.is_dir() or not (path / "config.json").is_file():
-            raise WeightsNotFoundError(f"{path} is not a Hugging Face model folder (no config.json in it); point "
-                                       "--model lvlm:PATH at the folder save_pretrained wrote",
-                                       missing=["config.json"], searched=[str(path)])
-        return path, path.name, None
-    looks_local = text.startswith((".", "/", "~")) or text.count("/") != 1
-    from huggingface_hub import constants
-
-    if looks_local:
-        raise WeightsNotFoundError(f"no model folder at {path}; curate never downloads weights: copy the model "
-                                   f"folder there, or give a Hugging Face repo id (org/name) that is in the local "
-                                   f"cache ({constants.HF_HUB_CACHE})", missing=[str(path)], searched=[str(path)])
-    from huggingface_hub import try_to_load_from_cache
-
-    found = try_to_load_from_cache(text, "config.json")
-    if not isinstance(found, str):
-        raise WeightsNotFoundError(
-            f"{text!r} is not in the local Hugging Face cache ({constants.HF_HUB_CACHE}) and curate never downloads "
-            f"weights: on a machine with internet run `hf download {text}` (set HF_HOME to choose the cache), "
-            "or pass --model lvlm:/path/to/the/model/folder", missing=[f"{text}/config.json"],
-            searched=[constants.HF_HUB_CACHE])
-    folder = Path(found).parent
-    return folder, text, folder.name  # snapshots/<commit sha>/
-
-
-def _weights_fingerprint(folder: Path) -> str:
-    """A stable id of a local folder's weights without reading gigabytes: sha256 over config.json and,
-    per weights file, its name, size and first and last MiB (sha256 prefix, 12 hex digits)."""
-    digest = hashlib.sha256((folder / "config.json").read_bytes())
-    files = sorted({p for pattern in _WEIGHT_GLOBS for p in folder.glob(pattern)})
-    if not files:
-        raise WeightsNotFoundError(f"{folder} has a config.json but no weights (*.safetensors / *.bin); copy the "
-                                   "whole model folder", missing=["model.safetensors"], searched=[str(folder)])
-    for file in files:
-        size = file.stat().st_size
-        digest.update(f"{file.name}:{size}".encode())
-        with open(file, "rb") as fh:
-            digest.update(fh.read(1 << 20))
-            if size > 2 << 20:
-                fh.seek(-(1 << 20), 2)
-                digest.update(fh.read())
-    return digest.hexdigest()[:12]
-
-
-def _dtype(precision: str):
-    import torch
-
-    return {"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision, torch.float32)
+# The folder helpers live in curate.models.hf_folders (shared with the mask proposers); these two
+# aliases keep the names curate.lvlm.tiny and curate.lvlm.train still import from here.
 
 
 class HFLvlm(LoadedModel):
@@ -392,10 +325,10 @@ def load_hf_lvlm(path_or_repo: str | Path, *, device: Any = "cpu", precision: st
 
     torch_device = resolve_device(device)
     try:
-        with _quiet_transformers():
+        with quiet_transformers():
             processor = AutoProcessor.from_pretrained(folder, local_files_only=True)
             module = AutoModelForImageTextToText.from_pretrained(folder, local_files_only=True,
-                                                                 dtype=_dtype(precision))
+                                                                 dtype=precision_dtype(precision))
     except (OSError, ValueError, KeyError) as error:
         raise ModelError(f"{folder} does not load as an image-text-to-text model with transformers: {error}") from None
     if not getattr(processor, "chat_template", None):
@@ -425,19 +358,19 @@ class LvlmIdentity:
 
 def lvlm_identity(path_or_repo: str | Path, *, precision: str = "fp32") -> LvlmIdentity:
     """The :class:`LvlmIdentity` of a local folder or cached repo: its config and a fingerprint
-    of its weights files (:func:`_weights_fingerprint`), no weights loaded.
+    of its weights files (:func:`curate.models.hf_folders.weights_fingerprint`), no weights loaded.
 
     Raises:
         WeightsNotFoundError: as :func:`load_hf_lvlm`.
     """
-    folder, name, revision = _resolve_source(path_or_repo)
-    revision = revision or f"file-{_weights_fingerprint(folder)}"
+    folder, name, revision = resolve_hf_source(path_or_repo, flag="--model lvlm:PATH")
+    revision = revision or f"file-{weights_fingerprint(folder)}"
     try:
         architectures = json.loads((folder / "config.json").read_text()).get("architectures") or [None]
     except (OSError, ValueError, AttributeError):
         architectures = [None]
     info = {"backend": "lvlm", "source": str(path_or_repo), "folder": str(folder), "revision": revision,
-            "architecture": architectures[0], "dtype": str(_dtype(precision)).replace("torch.", "")}
+            "architecture": architectures[0], "dtype": str(precision_dtype(precision)).replace("torch.", "")}
     model_id = f"lvlm:{name}:{revision}"
     return LvlmIdentity(model_id=model_id, revision=revision, info={**info, "model_id": model_id}, precision=precision)
 

@@ -166,9 +166,9 @@ def build_tiny_llava(path: Path, *, seed: int = 0, image_size: int = 32, extra_w
     processor = LlavaProcessor(image_processor=image_processor, tokenizer=tokenizer, patch_size=size.patch_size,
                                vision_feature_select_strategy="default", chat_template=TINY_CHAT_TEMPLATE,
                                image_token=IMAGE_TOKEN, num_additional_image_tokens=1)  # CLS, dropped as in LLaVA-1.5
-    from curate.lvlm.hf import _quiet_transformers
+    from curate.models.hf_folders import quiet_transformers
 
-    with _quiet_transformers():
+    with quiet_transformers():
         model.save_pretrained(path)
         processor.save_pretrained(path)
     (path / "curate_tiny.json").write_text(json.dumps({"seed": seed, "image_size": image_size,

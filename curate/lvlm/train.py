@@ -101,7 +101,8 @@ def _finetune(base, images, class_names, labels, out: Path, config: LlavaTrainCo
     import torch
     from PIL import Image
 
-    from curate.lvlm.hf import _quiet_transformers, load_hf_lvlm
+    from curate.lvlm.hf import load_hf_lvlm
+    from curate.models.hf_folders import quiet_transformers
 
     torch.manual_seed(config.seed)
     lvlm = load_hf_lvlm(base, device="cpu", precision="fp32")
@@ -144,7 +145,7 @@ def _finetune(base, images, class_names, labels, out: Path, config: LlavaTrainCo
     seconds = time.perf_counter() - start
     model.eval()
     out.mkdir(parents=True, exist_ok=True)
-    with _quiet_transformers():
+    with quiet_transformers():
         model.save_pretrained(out)
         lvlm.processor.save_pretrained(out)
     (out / TRAIN_META).write_text(json.dumps({"key": key, "base": str(base), "config": asdict(config),
@@ -158,11 +159,11 @@ def finetune_on_world(base: str | Path, ds: Any, out: Path, config: LlavaTrainCo
     """Fine-tune on a synthetic world folder's accepted samples, reusing ``out`` when it was made
     with the same world, base model and settings. Returns ``(result, reused)``."""
     from curate.collect.synthetic import world_spec_of
-    from curate.lvlm.hf import _weights_fingerprint
+    from curate.models.hf_folders import weights_fingerprint
     from curate.train_reference import dataset_arrays
 
     config = config or LlavaTrainConfig()
-    key = train_key(config, {"world": world_spec_of(ds).to_dict(), "base": _weights_fingerprint(Path(base))})
+    key = train_key(config, {"world": world_spec_of(ds).to_dict(), "base": weights_fingerprint(Path(base))})
     if trained_with(out, key):
         meta = json.loads((Path(out) / TRAIN_META).read_text())
         return LlavaTrainResult(Path(out), float(meta.get("seconds") or 0.0), []), True

@@ -53,8 +53,8 @@ __all__ = ["ProposeMasksSettings", "propose_masks", "measure_masks", "DEFAULT_PR
 
 logger = logging.getLogger(__name__)
 
-#: Default text per backend: SAM 3 and the box detectors take a noun phrase; CLIPSeg and CAM a
-#: CLIP-style sentence (their text towers were trained on captions).
+#: Default text per backend: SAM 3 (and Grounding DINO, see _prompt_template) a noun phrase;
+#: CLIPSeg, CAM and OWLv2 a CLIP-style sentence (their text towers were trained on captions).
 DEFAULT_PROMPTS: dict[str, str] = {"clipseg": "a photo of a {}.", "cam": "a photo of a {}.", "sam3": "{}",
                                    "grounded": "a photo of a {}."}
 #: The file that marks an unfinished run as resumable: the model and settings it was started with.
@@ -88,7 +88,11 @@ def _class_text(name: str) -> str:
     return str(name).split(",")[0].strip()
 
 
-def _prompt_template(settings: ProposeMasksSettings, backend: str) -> str:
+def _prompt_template(settings: ProposeMasksSettings, backend: str, spec_text: str = "") -> str:
+    """``--prompt``, else the backend's default (Grounding DINO: the bare class name, its phrases
+    are short and lower case; OWLv2 is CLIP-based and takes the CLIP sentence)."""
+    if settings.prompt is None and backend == "grounded" and "+grounding-dino:" in spec_text:
+        return "{}"
     template = settings.prompt if settings.prompt is not None else DEFAULT_PROMPTS[backend]
     if "{}" not in template:
         raise ValueError(f"--prompt {template!r} has no '{{}}' for the class name")
@@ -265,7 +269,7 @@ def propose_masks(
     remote = getattr(engine, "name", "local") != "local"
     ds = open_dataset(dataset)
     proposer, spec_text, model_id, info, backend = _resolve_model(model, settings, remote)
-    template = _prompt_template(settings, backend)
+    template = _prompt_template(settings, backend, spec_text)
     status = model_status(model_id)
     scope, skipped = _scope(ds.rows(), settings)
     config_settings = {**asdict(settings), "prompt": template}
