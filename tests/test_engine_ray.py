@@ -259,6 +259,37 @@ def test_lvlm_scoring_on_ray_equals_local(world, tmp_path, monkeypatch) -> None:
     assert json.dumps(b.metrics, sort_keys=True) == json.dumps(a.metrics, sort_keys=True)
 
 
+def test_propose_masks_on_ray_equals_local(world, tmp_path) -> None:
+    """propose-masks on Ray: each actor loads the tiny CLIPSeg from its folder (the driver only
+    names it), batches come back in order, and the run and the dataset's masks equal the local
+    engine's exactly (same batches, fp32 on CPU)."""
+    from curate.masks.tiny import build_tiny_clipseg
+    from curate.stages.propose_masks import ProposeMasksSettings, propose_masks
+    from curate.store import Dataset
+
+    ds, _ = world
+    folder = build_tiny_clipseg(tmp_path / "cs", seed=2)
+    roots = {}
+    for engine in ("local", "ray"):
+        root = tmp_path / engine
+        shutil.copytree(ds.root, root, ignore=shutil.ignore_patterns("runs", "features"))
+        copy = Dataset.open(root)
+        copy.set_masks({sid: None for sid in copy.sample_ids()[::2]}, clear_status=True, actor="test")
+        settings = ProposeMasksSettings(threshold=0.5, batch_size=3, device="cpu", engine=engine,
+                                        workers=1 if engine == "ray" else None)
+        roots[engine] = (root, propose_masks(root, f"clipseg:{folder}", settings, run_name="m"))
+    (a_root, a), (b_root, b) = roots["local"], roots["ray"]
+    assert b.model_id == a.model_id and b.config["model"]["info"] == a.config["model"]["info"]
+    assert b.table().equals(a.table()) and a.counts == b.counts and a.counts["applied"] > 0
+    for row in a.rows():
+        path = a.proposal_path(row["sample_id"])
+        assert (path is None) == (b.proposal_path(row["sample_id"]) is None)
+        if path is not None:
+            assert path.read_bytes() == b.proposal_path(row["sample_id"]).read_bytes()
+    rows_a, rows_b = Dataset.open(a_root).rows(), Dataset.open(b_root).rows()
+    assert [(r["mask_status"], r["extra"]) for r in rows_a] == [(r["mask_status"], r["extra"]) for r in rows_b]
+
+
 def test_no_ray_process_is_left_after_shutdown(cluster) -> None:
     import psutil
 

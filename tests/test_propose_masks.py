@@ -191,3 +191,37 @@ def test_set_masks_is_one_commit_and_all_or_nothing(tmp_path):
     with pytest.raises(DatasetError, match="unknown sample"):
         ds.set_masks({"0" * 16: None}, actor="t")
     shutil.rmtree(ds.root / "runs", ignore_errors=True)
+
+
+def test_cli_proposes_with_a_real_tiny_clipseg_and_measures(tmp_path, monkeypatch):
+    """As a user types it: relative paths and ``~`` in a fresh working directory, a CLIPSeg folder
+    loaded through the real transformers path, then ``--measure`` (and ``--json``)."""
+    from click.testing import CliRunner
+
+    from curate.cli import main
+    from curate.masks.tiny import build_tiny_clipseg
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    collect_synthetic(tmp_path / "world", SPEC)
+    build_tiny_clipseg(tmp_path / "models" / "cs", seed=1)
+    runner = CliRunner()
+    result = runner.invoke(main, ["propose-masks", "world", "--model", "clipseg:~/models/cs", "--threshold", "0.5",
+                                  "--run-name", "cs", "--device", "cpu"])
+    assert result.exit_code == 0, result.output
+    assert "photos got a proposal" in result.output and "propose-masks world --measure --run cs" in result.output
+    record = MaskRun.load(tmp_path / "world" / "runs" / "cs")
+    assert record.model_id.startswith("clipseg:cs@") and record.counts["in_scope"] == 18
+    assert record.counts["applied"] == 0  # every photo of this world has an exact mask
+    assert record.counts["found"] + record.counts["nothing_found"] == 18
+    measured = runner.invoke(main, ["propose-masks", "world", "--measure", "--json"])
+    assert measured.exit_code == 0, measured.output
+    data = json.loads(measured.output)
+    assert data["measurement"]["truth"]["exact"] == 18 and data["review"]["applied"] == 0
+    table = runner.invoke(main, ["propose-masks", "world", "--measure", "--run", "cs"])
+    assert table.exit_code == 0 and "centre box" in table.output and "mean IoU" in table.output, table.output
+    missing = runner.invoke(main, ["propose-masks", "world", "--model", "clipseg:./models/nothing-here"])
+    assert missing.exit_code == 1 and "no model folder" in missing.output.lower(), missing.output
+    uncached = runner.invoke(main, ["propose-masks", "world", "--model", "clipseg:CIDAS/clipseg-rd64-refined"])
+    assert uncached.exit_code == 1 and "never downloads" in uncached.output, uncached.output
+    assert not (tmp_path / "world" / "runs" / "cs-2").exists()

@@ -74,6 +74,8 @@ def demo(workdir: Path, steps: int | None) -> None:
                         num(hard.get("rma")), num((s.get("overall") or {}).get("sss_uniform")),
                         f"{easy.get('n_nan', 0)} / {hard.get('n_nan', 0)} of {easy.get('n', 0)} / {hard.get('n', 0)}")
         out().print(sal)
+        if result.saliency[0].get("mask_line"):
+            out().print(f"  {result.saliency[0]['mask_line']}", highlight=False)
     if result.fidelity:
         fid = Table(title="fidelity of the saliency maps (F-Fidelity AUCs, papers/002; Fid+ higher and Fid- lower = more "
                           f"faithful; verdict vs a random map, {result.fidelity_note or 'paired 95% bootstrap'})",
@@ -84,6 +86,10 @@ def demo(workdir: Path, steps: int | None) -> None:
             fid.add_row(r["model"], r["method"], num(r.get("ffid_plus"), 4), num(r.get("ffid_minus"), 4),
                         r.get("verdict", ""))
         out().print(fid)
+        if result.fidelity_masks:
+            out().print(f"  the mask reference's {result.fidelity_masks}", highlight=False)
+    if result.masks:
+        out().print(result.masks, highlight=False)
     out().print(f"runs: {workdir}/world-eval/runs/  table and scatter: {result.compare_dir}/compare.md, compare.png")
     if result.report:
         out().print(f"report: {result.report} (and report.html beside it)")
