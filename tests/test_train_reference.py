@@ -182,6 +182,19 @@ def test_demo_plants_a_shortcut_only_when_correlated(demo_dir, monkeypatch) -> N
     assert verdicts[("uncorrelated", "random")] == "reference"
     # its object matters more than random pixels (a "(marginal)" mark is allowed: one seed here)
     assert verdicts[("uncorrelated", "mask")].removesuffix(" (marginal)") == "faithful"
+    # masks (issue 24): the tiny CLIPSeg fine-tuned on the p = 0.9 world's exact masks proposes
+    # masks for the held-out evaluation world far better than the trivial baselines, and every
+    # proposal stayed in the run (each photo there already has an exact mask)
+    from curate.masks.measure import measure_run
+    from curate.runs import MaskRun
+    from curate.store import Dataset
+
+    masks = MaskRun.load(demo_dir / "world-eval" / "runs" / "demo-masks")
+    assert masks.counts["applied"] == 0 and masks.counts["kept_trusted"] == masks.counts["found"] > 1000
+    measured = measure_run(Dataset.open(demo_dir / "world-eval"), masks)
+    assert measured.overall.iou > measured.overall.centre_iou + 0.2, measured.overall
+    assert "centre box" in result.masks and "mean IoU" in result.masks
+    assert "0 model-made" in result.saliency[0]["mask_line"] and "exact" in result.fidelity_masks
     # the splitter (papers/003 §2.1) finds the planted backgrounds with the p = 0.9 reference ...
     assert result.split_kept >= 5 and result.split_planted_easy >= 0.9 * result.split_kept
     # ... and, with the uncorrelated reference, few or no classes pass --require-significant
