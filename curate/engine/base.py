@@ -21,7 +21,7 @@ import numpy as np
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["BatchJob", "BatchOutput", "EncodeJob", "Engine", "ModelFactory", "batches_of", "encode_batch",
+__all__ = ["BatchJob", "BatchOutput", "DecodeImages", "EncodeJob", "Engine", "ModelFactory", "batches_of", "encode_batch",
            "is_out_of_memory", "remote_factory"]
 
 
@@ -123,6 +123,26 @@ class BatchJob:
     batch_size: int
     decode: Callable[[list[Any]], Any]
     worker: Callable[[str], Callable[[Any], Any]]
+
+
+class DecodeImages:
+    """A :class:`BatchJob` ``decode`` for jobs whose items are dicts with a ``sample_id``: one
+    batch -> ``{"images": the PIL images that decoded, "items": their items, "failed": {sample id:
+    reason}}`` (a failure is reported per sample, never fatal; ``prefix`` starts each reason).
+    Used by LVLM scoring and mask proposals; picklable (it runs in loader workers or Ray tasks)."""
+
+    def __init__(self, ds: Any, prefix: str = "") -> None:
+        self.ds, self.prefix = ds, prefix
+
+    def __call__(self, items: list[dict[str, Any]]) -> dict[str, Any]:
+        images, good, failed = [], [], {}
+        for item in items:
+            try:
+                images.append(self.ds.load_image(item["sample_id"]))
+                good.append(item)
+            except Exception as error:  # noqa: BLE001 - reported per sample, never fatal
+                failed[item["sample_id"]] = f"{self.prefix}{type(error).__name__}: {error}"[:300]
+        return {"images": images, "items": good, "failed": failed}
 
 
 class Engine(Protocol):

@@ -120,24 +120,6 @@ class LvlmScores:
     model: Any
 
 
-class _DecodeImages:
-    """``BatchJob.decode`` of LVLM scoring (runs in the local engine's loader or a Ray CPU task):
-    one batch of items -> the PIL images that decoded, their items, and the failures."""
-
-    def __init__(self, ds: Any) -> None:
-        self.ds = ds
-
-    def __call__(self, items: list[dict[str, Any]]) -> dict[str, Any]:
-        images, good, failed = [], [], {}
-        for item in items:
-            try:
-                images.append(self.ds.load_image(item["sample_id"]))
-                good.append(item)
-            except Exception as error:  # noqa: BLE001 - reported per sample, never fatal
-                failed[item["sample_id"]] = f"{type(error).__name__}: {error}"[:300]
-        return {"images": images, "items": good, "failed": failed}
-
-
 class _ScoreAnswers:
     """``BatchJob.worker`` of LVLM scoring: the driver's model on the local engine (``device``
     ``auto``), else the model loaded once in the worker (a Ray actor) from its folder, checked
@@ -189,7 +171,7 @@ def lvlm_scores(ds: Any, model: Any, rows: Sequence[dict], candidates: Any, sett
     """
     import pyarrow as pa
 
-    from curate.engine.base import BatchJob
+    from curate.engine.base import BatchJob, DecodeImages
     from curate.engine.local import LocalEngine
 
     engine = engine or LocalEngine(workers=0)
@@ -221,7 +203,7 @@ def lvlm_scores(ds: Any, model: Any, rows: Sequence[dict], candidates: Any, sett
     worker = _ScoreAnswers(model=None if remote else loaded, source=source, precision=settings.precision,
                            batch_size=_model_batch(settings), expected_model_id=loaded.model_id,
                            question=question)
-    job = BatchJob(items=items, batch_size=IMAGES_PER_BATCH, decode=_DecodeImages(ds), worker=worker)
+    job = BatchJob(items=items, batch_size=IMAGES_PER_BATCH, decode=DecodeImages(ds), worker=worker)
     labels_of = {item["sample_id"]: item["labels"] for item in items}
     scores_rows: list[np.ndarray] = []
     kept: list[str] = []

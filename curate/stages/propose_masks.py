@@ -99,23 +99,6 @@ def _prompt_template(settings: ProposeMasksSettings, backend: str, spec_text: st
     return template
 
 
-class _DecodeImages:
-    """``BatchJob.decode``: one batch of items -> the images that decoded, their items, the failures."""
-
-    def __init__(self, ds: Any) -> None:
-        self.ds = ds
-
-    def __call__(self, items: list[dict[str, Any]]) -> dict[str, Any]:
-        images, good, failed = [], [], {}
-        for item in items:
-            try:
-                images.append(self.ds.load_image(item["sample_id"]))
-                good.append(item)
-            except Exception as error:  # noqa: BLE001 - reported per sample, never fatal
-                failed[item["sample_id"]] = f"image_unreadable: {type(error).__name__}: {error}"[:300]
-        return {"images": images, "items": good, "failed": failed}
-
-
 class _ProposeWorker:
     """``BatchJob.worker``: the driver's proposer on the local engine, else the model loaded once
     in the worker (a Ray actor) from its spec and checked against the driver's model id."""
@@ -255,7 +238,7 @@ def propose_masks(
         overwrite: replace a finished run of that name.
         progress: :class:`curate.progress.Progress` (phase "proposing masks").
     """
-    from curate.engine.base import BatchJob
+    from curate.engine.base import BatchJob, DecodeImages
     from curate.jsonio import write_json
 
     settings = settings or ProposeMasksSettings()
@@ -289,7 +272,7 @@ def propose_masks(
     worker = _ProposeWorker(proposer=None if remote else proposer, spec=spec_text, precision=settings.precision,
                             batch_size=settings.batch_size, expected_model_id=model_id,
                             threshold=settings.threshold)
-    job = BatchJob(items=items, batch_size=settings.batch_size, decode=_DecodeImages(ds), worker=worker)
+    job = BatchJob(items=items, batch_size=settings.batch_size, decode=DecodeImages(ds, "image_unreadable: "), worker=worker)
     part = len(list((run_dir / MaskRun.PARTS).glob("part-*.parquet")))
     started = time.perf_counter()
     done = len(done_ids)

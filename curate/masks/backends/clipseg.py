@@ -28,11 +28,9 @@ from curate.masks.backends.base import MaskModelSpec, Proposal
 from curate.masks.backends.common import (
     FolderKind,
     HFProposer,
-    identity_of,
-    load_pretrained,
+    load_single_folder,
     nothing_above,
-    resolve_folder,
-    spec_part,
+    single_folder_identity,
     to_device,
 )
 
@@ -47,16 +45,13 @@ CLIPSEG = FolderKind("clipseg", "CLIPSeg", {"clipseg": ("CLIPSegForImageSegmenta
 
 def identity(spec: MaskModelSpec, *, precision: str = "fp32") -> tuple[str, dict[str, Any]]:
     """``("clipseg:<name>@<fingerprint>", info)`` without loading weights."""
-    return identity_of(spec, [resolve_folder(CLIPSEG, spec_part(spec, "clipseg"))], precision)
+    return single_folder_identity(spec, CLIPSEG, precision)
 
 
 def load(spec: MaskModelSpec, *, device: Any = "auto", precision: str = "fp32", batch_size: int = 8) -> ClipSegProposer:
-    """Load the CLIPSeg folder of ``spec`` (offline) into a :class:`ClipSegProposer`."""
-    folder = resolve_folder(CLIPSEG, spec_part(spec, "clipseg"))
-    model_id, info = identity_of(spec, [folder], precision)
-    module, processor = load_pretrained(folder, precision)
-    return ClipSegProposer(module=module, processor=processor, model_id=model_id, info=info, device=device,
-                           precision=precision, batch_size=batch_size)
+    """Load the folder of ``spec`` (offline) into a :class:`ClipSegProposer`."""
+    return load_single_folder(spec, CLIPSEG, ClipSegProposer, device=device, precision=precision,  # type: ignore[return-value]
+                              batch_size=batch_size)
 
 
 def probability_maps(logits: torch.Tensor, sizes: list[tuple[int, int]]) -> list[np.ndarray]:

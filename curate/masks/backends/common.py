@@ -272,3 +272,18 @@ class HFProposer:
     def __repr__(self) -> str:
         return f"{type(self).__name__}(model_id={self.model_id!r}, device={str(self.device)!r}, precision={self.precision!r})"
 
+
+def single_folder_identity(spec: MaskModelSpec, kind: FolderKind, precision: str) -> tuple[str, dict[str, Any]]:
+    """``identity`` of a backend with one model folder (its role is ``kind.role``), no weights read."""
+    return identity_of(spec, [resolve_folder(kind, spec_part(spec, kind.role))], precision)
+
+
+def load_single_folder(spec: MaskModelSpec, kind: FolderKind, proposer: type[HFProposer], *, device: Any,
+                       precision: str, batch_size: int) -> HFProposer:
+    """``load`` of a backend with one model folder: check it, name it, load model and processor
+    (offline) and wrap them in ``proposer``."""
+    folder = resolve_folder(kind, spec_part(spec, kind.role))
+    model_id, info = identity_of(spec, [folder], precision)
+    module, processor = load_pretrained(folder, precision)
+    return proposer(module=module, processor=processor, model_id=model_id, info=info, device=device,
+                    precision=precision, batch_size=batch_size)

@@ -29,10 +29,8 @@ from curate.masks.backends.base import MaskModelSpec, Proposal
 from curate.masks.backends.common import (
     FolderKind,
     HFProposer,
-    identity_of,
-    load_pretrained,
-    resolve_folder,
-    spec_part,
+    load_single_folder,
+    single_folder_identity,
     to_device,
     union_proposal,
 )
@@ -51,16 +49,13 @@ MASK_THRESHOLD = 0.5
 
 def identity(spec: MaskModelSpec, *, precision: str = "fp32") -> tuple[str, dict[str, Any]]:
     """``("sam3:<name>@<fingerprint>", info)`` without loading weights."""
-    return identity_of(spec, [resolve_folder(SAM3, spec_part(spec, "sam3"))], precision)
+    return single_folder_identity(spec, SAM3, precision)
 
 
 def load(spec: MaskModelSpec, *, device: Any = "auto", precision: str = "fp32", batch_size: int = 8) -> Sam3Proposer:
-    """Load the SAM 3 folder of ``spec`` (offline) into a :class:`Sam3Proposer`."""
-    folder = resolve_folder(SAM3, spec_part(spec, "sam3"))
-    model_id, info = identity_of(spec, [folder], precision)
-    module, processor = load_pretrained(folder, precision)
-    return Sam3Proposer(module=module, processor=processor, model_id=model_id, info=info, device=device,
-                        precision=precision, batch_size=batch_size)
+    """Load the folder of ``spec`` (offline) into a :class:`Sam3Proposer`."""
+    return load_single_folder(spec, SAM3, Sam3Proposer, device=device, precision=precision,  # type: ignore[return-value]
+                              batch_size=batch_size)
 
 
 class Sam3Proposer(HFProposer):
