@@ -217,10 +217,15 @@ def test_clarity_uses_trusted_masks_and_counts_the_rest(world) -> None:
     exact = [float((Dataset.open(root).load_mask(s) > 0).mean()) for s in marked["model"]]
     assert mask_share == pytest.approx(exact)  # now the proposals' own shares
 
+    # a folder of proposals only: clarity falls back to its saliency proxy; without the proxy
+    # there is nothing to score it with, and the refusal says so
+    only = _only_proposals(root)
+    proxied = audit(only, vit, AuditSettings(checks=("clarity",), device="cpu", tag=False), run_name="d")
+    assert proxied.summary("clarity").detail["sources"].get("mask", 0) == 0
     with pytest.raises(ValueError) as error:
-        audit(_only_proposals(root), vit, AuditSettings(checks=("clarity",), device="cpu"), run_name="d")
+        audit(only, vit, AuditSettings(checks=("clarity",), device="cpu", saliency_proxy=False), run_name="e")
     _refusal(str(error.value))
-    assert not (root / "runs" / "d").exists()
+    assert not (root / "runs" / "e").exists()
 
 
 # ----------------------------------------------------------------------------- composites

@@ -225,3 +225,98 @@ def test_cli_proposes_with_a_real_tiny_clipseg_and_measures(tmp_path, monkeypatc
     uncached = runner.invoke(main, ["propose-masks", "world", "--model", "clipseg:CIDAS/clipseg-rd64-refined"])
     assert uncached.exit_code == 1 and "never downloads" in uncached.output, uncached.output
     assert not (tmp_path / "world" / "runs" / "cs-2").exists()
+
+
+def test_set_masks_status_only_ids_and_unknown_ids_change_nothing_first(tmp_path):
+    ds = collect_synthetic(tmp_path / "w", SPEC)
+    a, b = ds.sample_ids()[:2]
+    # a status for a sample whose mask is not in the call: the status changes, the mask stays
+    assert ds.set_masks({a: None}, mask_status={a: "bad", b: "ok"}, actor="t") == 2
+    assert ds.row(a)["mask_path"] is None and ds.row(b)["mask_status"] == "ok" and ds.load_mask(b) is not None
+    assert ds.set_masks({}, mask_status={b: "reviewed"}, actor="t") == 1
+    files = sorted(p.name for p in (ds.root / "masks").iterdir())
+    with pytest.raises(DatasetError, match="unknown sample"):
+        ds.set_masks({b: np.ones((32, 32), np.uint8)}, mask_status={"f" * 16: "ok"}, actor="t")
+    assert sorted(p.name for p in (ds.root / "masks").iterdir()) == files  # no orphan file written
+
+
+def test_resume_keeps_the_scope_it_started_with_and_overwrite_drops_the_marker_first(world, monkeypatch):
+    ds, truth, unmasked = world
+    _tag_images(monkeypatch, ds)
+    settings = ProposeMasksSettings(batch_size=2, only_missing=True, limit=6)
+    with pytest.raises(KeyboardInterrupt):
+        propose_masks(ds, Scripted(truth, stop_after=2), settings, run_name="lim")
+    proposer = Scripted(truth)
+    record = propose_masks(ds, proposer, settings, run_name="lim")
+    # the first attempt gave 4 photos masks; the resume proposes the other 2 of the SAME 6
+    assert record.counts["in_scope"] == 6 and record.counts["resumed"] == 4 and len(proposer.seen) == 2
+    assert record.counts["found"] == 6 and sorted(r["sample_id"] for r in record.rows()) == sorted(unmasked[:6])
+    with pytest.raises(ValueError, match="--limit"):
+        propose_masks(ds, proposer, ProposeMasksSettings(limit=-1))
+    # an interrupted --overwrite of a finished run leaves an unfinished run, not the old record
+    with pytest.raises(KeyboardInterrupt):
+        propose_masks(ds, Scripted(truth, stop_after=0), ProposeMasksSettings(batch_size=2), run_name="lim",
+                      overwrite=True)
+    from curate.runs.base import RunError
+
+    with pytest.raises(RunError, match="not a finished run"):
+        MaskRun.load(ds.root / "runs" / "lim")
+
+
+def test_a_reviewers_mask_committed_while_the_model_runs_is_not_overwritten(world, monkeypatch):
+    ds, truth, unmasked = world
+    _tag_images(monkeypatch, ds)
+    victim, moved = unmasked[0], unmasked[1]
+
+    class Meanwhile(Scripted):
+        def propose(self, images, prompts, threshold):
+            out = super().propose(images, prompts, threshold)
+            if self.batches == 1:  # a review pull and a relabel land while the model runs
+                other = Dataset.open(ds.root)
+                other.set_mask(victim, np.ones((32, 32), np.uint8), mask_status="human", actor="reviewer")
+                other.update(moved, {"class_index": other.row(unmasked[2])["class_index"]
+                                     if other.row(unmasked[2])["class_index"] != other.row(moved)["class_index"]
+                                     else other.row(unmasked[3])["class_index"]}, actor="reviewer")
+            return out
+
+    record = propose_masks(ds, Meanwhile(truth), ProposeMasksSettings(batch_size=4, only_missing=True), run_name="m")
+    ds = Dataset.open(ds.root)
+    assert ds.row(victim)["mask_status"] == "human" and ds.load_mask(victim).all()
+    rows = {r["sample_id"]: r for r in record.rows()}
+    assert not rows[victim]["applied"] and not rows[moved]["applied"]
+    assert rows[moved]["reason"].startswith("changed_since: class")
+    assert ds.row(moved)["mask_path"] is None and record.counts["not_applied_changed"] == 1
+
+
+def test_a_mask_marked_bad_is_replaced_by_a_proposal(world, monkeypatch):
+    ds, truth, unmasked = world
+    _tag_images(monkeypatch, ds)
+    exact = [sid for sid in ds.sample_ids() if sid not in unmasked][0]
+    ds.set_mask(exact, truth[exact], mask_status="bad", actor="reviewer")
+    record = propose_masks(ds, Scripted(truth), ProposeMasksSettings(), run_name="m")
+    assert {r["sample_id"]: r for r in record.rows()}[exact]["applied"]
+    assert Dataset.open(ds.root).row(exact)["mask_status"] == "model:scripted@1"
+
+
+def test_a_run_killed_between_its_part_file_and_the_commit_applies_on_resume(world, monkeypatch):
+    """The part file (with the decision) is written before the dataset commit; a run stopped in
+    between lists proposals as applied that the folder lacks, and the resume applies them."""
+    import curate.stages.propose_masks as stage
+
+    ds, truth, unmasked = world
+    _tag_images(monkeypatch, ds)
+    real_apply = stage._apply
+
+    def dies(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(stage, "_apply", dies)
+    settings = ProposeMasksSettings(batch_size=4, only_missing=True)
+    with pytest.raises(KeyboardInterrupt):
+        propose_masks(ds, Scripted(truth, stop_after=1), settings, run_name="k")
+    assert all(Dataset.open(ds.root).row(sid)["mask_path"] is None for sid in unmasked)
+    monkeypatch.setattr(stage, "_apply", real_apply)
+    record = propose_masks(ds, Scripted(truth), settings, run_name="k")
+    ds = Dataset.open(ds.root)
+    assert record.counts["applied"] == len(unmasked) and record.counts["resumed"] == 4
+    assert all(ds.row(sid)["mask_status"] == "model:scripted@1" for sid in unmasked)

@@ -197,8 +197,11 @@ def audit(
     if "clarity" in checks:
         trusted, untrusted = trusted_rows(rows, allow_model_masks=settings.allow_model_masks)
         if not trusted and untrusted.skipped_model:
-            raise ValueError(untrusted_masks_message(ds.root, untrusted, "the clarity check")
-                             + " (or leave clarity out: --checks)")
+            if not settings.saliency_proxy:  # nothing left to score clarity with
+                raise ValueError(untrusted_masks_message(ds.root, untrusted, "the clarity check")
+                                 + " (or leave clarity out: --checks, or score it with the saliency proxy)")
+            logger.warning("%s: every mask is an unverified model proposal; clarity falls back to its saliency "
+                           "proxy (review the proposals, or --allow-model-masks)", ds.root)
     inputs, model_info, encoded = _inputs(ds, rows, checks, model, settings, progress)
     functions = _check_functions()
     functions["clarity"] = functools.partial(functions["clarity"], mask_rows=rows)  # the trust rule needs statuses

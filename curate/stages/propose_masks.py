@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from curate.engine import make_engine
+from curate.jsonio import read_json, write_json
 from curate.masks.sources import MASK_RUN_KEY, MASK_SCORE_KEY, REJECTED_STATUS, mask_source, model_status
 from curate.progress import Progress, report
 from curate.runs.base import CONFIG_FILE, RUNS_DIR, prepare_run_dir, read_parquet, unique_run_name, write_bytes
@@ -199,8 +200,6 @@ def _tuned_on(info: dict[str, Any]) -> list[str]:
 def _claim(root: Path, run_name: str | None, label: str, overwrite: bool, pending: dict[str, Any]
            ) -> tuple[Path, bool]:
     """The run folder and whether it resumes an interrupted run of the same model and settings."""
-    from curate.jsonio import read_json
-
     if run_name:
         path = root / RUNS_DIR / run_name
         if path.is_dir() and not (path / CONFIG_FILE).is_file() and (path / PENDING_FILE).is_file() and not overwrite:
@@ -208,12 +207,16 @@ def _claim(root: Path, run_name: str | None, label: str, overwrite: bool, pendin
                 before = read_json(path / PENDING_FILE)
             except ValueError:
                 before = None
-            if before == pending:
+            if isinstance(before, dict) and {k: before.get(k) for k in pending} == pending:
                 return path, True
             raise FileExistsError(f"run {path} is an unfinished run of another model or other settings; choose "
                                   "another --run-name or pass --overwrite")
         path = prepare_run_dir(root, run_name, overwrite=overwrite)
         if overwrite:
+            # the commit marker goes first: an overwrite interrupted from here on is an
+            # unfinished run, never the old record mixed with new masks
+            for stale_file in (path / CONFIG_FILE, path / MaskRun.PROPOSALS, path / PENDING_FILE):
+                stale_file.unlink(missing_ok=True)
             for stale in (path / MaskRun.PARTS, path / MaskRun.MASKS):
                 if stale.is_dir():
                     for file in stale.iterdir():
@@ -239,13 +242,14 @@ def propose_masks(
         progress: :class:`curate.progress.Progress` (phase "proposing masks").
     """
     from curate.engine.base import BatchJob, DecodeImages
-    from curate.jsonio import write_json
 
     settings = settings or ProposeMasksSettings()
     if not 0.0 <= settings.threshold <= 1.0:
         raise ValueError(f"--threshold must be in [0, 1], got {settings.threshold}")
     if settings.batch_size < 1:
         raise ValueError(f"--batch-size must be >= 1, got {settings.batch_size}")
+    if settings.limit is not None and settings.limit < 0:
+        raise ValueError(f"--limit must be >= 0, got {settings.limit}")
     check_device(settings.device)
     engine = make_engine(settings.engine, workers=settings.workers, ray_address=settings.ray_address,
                          gpus_per_worker=settings.gpus_per_worker)
@@ -254,21 +258,32 @@ def propose_masks(
     proposer, spec_text, model_id, info, backend = _resolve_model(model, settings, remote)
     template = _prompt_template(settings, backend, spec_text)
     status = model_status(model_id)
-    scope, skipped = _scope(ds.rows(), settings)
     config_settings = {**asdict(settings), "prompt": template}
     pending = {"model_id": model_id, "settings": {k: v for k, v in config_settings.items()
                                                   if k not in ("workers", "engine", "ray_address", "gpus_per_worker",
                                                                "device", "batch_size")}}
     run_dir, resumed = _claim(ds.root, run_name, model_id.split("@")[0], overwrite, pending)
-    write_json(run_dir / PENDING_FILE, pending)
+    if resumed:  # the scope the run started with (the first attempt changed the folder since)
+        started_with = read_json(run_dir / PENDING_FILE)
+        scope_ids, skipped = list(started_with.get("scope") or []), dict(started_with.get("skipped") or {})
+    else:
+        scope_rows, skipped = _scope(ds.rows(), settings)
+        scope_ids = [r["sample_id"] for r in scope_rows]
+        write_json(run_dir / PENDING_FILE, {**pending, "scope": scope_ids, "skipped": skipped})
     (run_dir / MaskRun.PARTS).mkdir(exist_ok=True)
     (run_dir / MaskRun.MASKS).mkdir(exist_ok=True)
     done_rows = _read_parts(run_dir) if resumed else []
+    if resumed:
+        _reconcile(ds, run_dir, done_rows, status)
     done_ids = {r["sample_id"] for r in done_rows}
+    current = {r["sample_id"]: r for r in ds.rows(sample_id=[sid for sid in scope_ids if sid not in done_ids])}
+    gone = [sid for sid in scope_ids if sid not in done_ids and sid not in current]
+    if gone:
+        skipped["removed_from_dataset"] = skipped.get("removed_from_dataset", 0) + len(gone)
     names = ds.label_space.names
     items = [{"sample_id": r["sample_id"], "class_index": int(r["class_index"]), "width": int(r["width"]),
               "height": int(r["height"]), "prompt": template.replace("{}", _class_text(names[int(r["class_index"])]))}
-             for r in scope if r["sample_id"] not in done_ids]
+             for r in (current[sid] for sid in scope_ids if sid in current) if r["class_index"] is not None]
     worker = _ProposeWorker(proposer=None if remote else proposer, spec=spec_text, precision=settings.precision,
                             batch_size=settings.batch_size, expected_model_id=model_id,
                             threshold=settings.threshold)
@@ -276,15 +291,16 @@ def propose_masks(
     part = len(list((run_dir / MaskRun.PARTS).glob("part-*.parquet")))
     started = time.perf_counter()
     done = len(done_ids)
-    total = len(scope)
-    report(progress, done, total, "proposing masks")
+    total = len(done_ids) + len(items)
+    phase_name = f"proposing masks (run {run_dir.name})"  # the name an interrupted run resumes with
+    report(progress, done, total, phase_name)
     writer = _Writer(ds, run_dir, status, part)
     try:
         for result in engine.map_batches(ds, [i["sample_id"] for i in items], job):
             rows = writer.add(result)
             done_rows.extend(rows)
             done += len(rows)
-            report(progress, done, total, "proposing masks")
+            report(progress, done, total, phase_name)
     finally:  # an interrupted run (Ctrl-C, an error) keeps every finished proposal
         writer.flush()
     seconds = time.perf_counter() - started
@@ -294,7 +310,10 @@ def propose_masks(
               "nothing_found": reasons.get("nothing_found", 0), "wrong_size": reasons.get("wrong_size", 0),
               "failed": sum(v for k, v in reasons.items() if k not in ("nothing_found", "wrong_size")),
               "applied": sum(1 for r in done_rows if r["applied"]),
-              "kept_trusted": sum(1 for r in done_rows if r["found"] and not r["applied"]),
+              "kept_trusted": sum(1 for r in done_rows if r["found"] and not r["applied"]
+                                  and r.get("reason") is None),
+              "not_applied_changed": sum(1 for r in done_rows if r["found"] and not r["applied"]
+                                         and str(r.get("reason") or "").startswith("changed_since")),
               "resumed": len(done_ids), **{f"skipped_{k}": v for k, v in skipped.items()}}
     record = MaskRun(config={
         "model": {"spec": spec_text, "model_id": model_id, "backend": backend, "info": info},
@@ -336,14 +355,14 @@ def _scope(rows: list[dict[str, Any]], settings: ProposeMasksSettings) -> tuple[
 
 class _Writer:
     """Writes finished batches: each proposal's PNG to the run folder at once; the dataset's
-    masks (one :meth:`~curate.store.Dataset.set_masks` commit) and a ``parts/`` file every
-    :data:`APPLY_EVERY` samples or :data:`APPLY_SECONDS` seconds, and at the end or on an
-    interruption (so a table of 10,000 rows is committed ~40 times, not once per batch)."""
+    masks and a ``parts/`` file every :data:`APPLY_EVERY` samples or :data:`APPLY_SECONDS`
+    seconds, and at the end or on an interruption (so a table of 10,000 rows is committed ~40
+    times, not once per batch). Only the PNG bytes are kept between flushes, not the arrays."""
 
     def __init__(self, ds: Any, run_dir: Path, status: str, part: int) -> None:
         self.ds, self.run_dir, self.status, self.part = ds, run_dir, status, part
         self.rows: list[dict[str, Any]] = []
-        self.masks: dict[str, tuple[np.ndarray, float | None]] = {}
+        self.masks: dict[str, tuple[bytes, float | None, int]] = {}
         self.pngs: list[Path] = []
         self.last = time.monotonic()
 
@@ -359,11 +378,12 @@ class _Writer:
                 row["reason"] = refused or f"nothing_found: {why or 'no mask'}"
             else:
                 rel = f"{MaskRun.MASKS}/{item['sample_id']}.png"
+                data = _png(array)
                 # no fsync per file: flush() makes them durable in one barrier before the part lists them
-                atomic_write_beside(self.run_dir / rel, _png(array), fsync=False)
+                atomic_write_beside(self.run_dir / rel, data, fsync=False)
                 self.pngs.append(self.run_dir / rel)
                 row["mask_file"] = rel
-                self.masks[item["sample_id"]] = (array, row["score"])
+                self.masks[item["sample_id"]] = (data, row["score"], item["class_index"])
             rows.append(row)
         self.rows.extend(rows)
         if len(self.rows) >= APPLY_EVERY or time.monotonic() - self.last >= APPLY_SECONDS:
@@ -371,26 +391,79 @@ class _Writer:
         return rows
 
     def flush(self) -> None:
-        """Apply the buffered proposals where no human or exact mask is, and write their part file."""
+        """Apply the buffered proposals where they may go (:func:`_applicable`), under the folder's
+        lock so that nothing a reviewer committed meanwhile is overwritten; the part file (with the
+        decision) is written before the dataset commit, and a resume checks it (:func:`_reconcile`)."""
         if not self.rows:
             return
         run = self.run_dir.name
         durability_barrier(self.ds.root, self.pngs, [self.run_dir / MaskRun.MASKS])
-        if self.masks:
-            current = {r["sample_id"]: r for r in self.ds.rows(sample_id=list(self.masks))}
-            apply = {sid: value for sid, value in self.masks.items() if mask_source(current[sid]) in (None, "model")}
+        with self.ds.locked("propose-masks"):
+            apply: dict[str, tuple[bytes, float | None]] = {}
+            if self.masks:
+                current = {r["sample_id"]: r for r in self.ds.rows(sample_id=list(self.masks))}
+                for row in self.rows:
+                    sid = row["sample_id"]
+                    if sid not in self.masks:
+                        continue
+                    data, score, class_index = self.masks[sid]
+                    why_not = _applicable(current.get(sid), class_index)
+                    if why_not is None:
+                        apply[sid] = (data, score)
+                        row["applied"] = True
+                    elif why_not != "trusted_mask":
+                        row["reason"] = why_not
+            write_bytes(self.run_dir / MaskRun.PARTS / f"part-{self.part:05d}.parquet",
+                        _parquet_bytes(proposals_table(self.rows)))
             if apply:
-                self.ds.set_masks({sid: array for sid, (array, _) in apply.items()}, mask_status=self.status,
-                                  extra_updates={sid: {MASK_SCORE_KEY: score, MASK_RUN_KEY: run}
-                                                 for sid, (_, score) in apply.items()},
-                                  actor=f"propose-masks:{self.status[len('model:'):]}",
-                                  reason=f"mask proposal (run {run})")
-            for row in self.rows:
-                row["applied"] = row["sample_id"] in apply
-        write_bytes(self.run_dir / MaskRun.PARTS / f"part-{self.part:05d}.parquet",
-                    _parquet_bytes(proposals_table(self.rows)))
+                _apply(self.ds, apply, self.status, run)
         self.part += 1
         self.rows, self.masks, self.pngs, self.last = [], {}, [], time.monotonic()
+
+
+def _applicable(row: dict[str, Any] | None, class_index: int) -> str | None:
+    """None when a proposal may become the sample's mask now, else why not: ``trusted_mask`` (a
+    human or exact mask is there: never overwritten), ``changed_since: ...`` (the sample left the
+    dataset or changed class while the model ran: the proposal was prompted with the old class)."""
+    if row is None:
+        return "changed_since: the sample left the dataset"
+    if row["class_index"] != class_index:
+        return f"changed_since: class {class_index} -> {row['class_index']}"
+    return None if mask_source(row) in (None, "model", "rejected") else "trusted_mask"
+
+
+def _apply(ds: Any, apply: dict[str, tuple[Any, float | None]], status: str, run: str) -> None:
+    """One :meth:`~curate.store.Dataset.set_masks` commit of proposals (PNG bytes or paths)."""
+    ds.set_masks({sid: data for sid, (data, _) in apply.items()}, mask_status=status,
+                 extra_updates={sid: {MASK_SCORE_KEY: score, MASK_RUN_KEY: run} for sid, (_, score) in apply.items()},
+                 actor=f"propose-masks:{status[len('model:'):]}", reason=f"mask proposal (run {run})")
+
+
+def _reconcile(ds: Any, run_dir: Path, done_rows: list[dict[str, Any]], status: str) -> None:
+    """On resume: a part file is written before its dataset commit, so a run killed in between
+    lists proposals as applied that the dataset does not hold. Apply those again where they still
+    may go (from the run folder's PNGs), else mark them not applied."""
+    import json
+
+    claimed = {r["sample_id"]: r for r in done_rows if r.get("applied")}
+    if not claimed:
+        return
+    run = run_dir.name
+    with ds.locked("propose-masks"):
+        current = {r["sample_id"]: r for r in ds.rows(sample_id=list(claimed))}
+        redo: dict[str, tuple[Any, float | None]] = {}
+        for sid, row in claimed.items():
+            now = current.get(sid)
+            extra = json.loads(now["extra"] or "{}") if now is not None else {}
+            if now is not None and now["mask_status"] == status and extra.get(MASK_RUN_KEY) == run:
+                continue  # committed before the interruption
+            path = run_dir / str(row.get("mask_file") or "")
+            if _applicable(now, row["class_index"]) is None and row.get("mask_file") and path.is_file():
+                redo[sid] = (path.read_bytes(), row.get("score"))
+            else:
+                row["applied"] = False
+        if redo:
+            _apply(ds, redo, status, run)
 
 
 def _parquet_bytes(table: Any) -> bytes:

@@ -547,14 +547,14 @@ class Dataset:
         """
         if not isinstance(actor, str) or not actor:
             raise DatasetError("set_masks needs an actor (who or what makes the change)")
-        if not masks and not extra_updates:
-            return 0
         statuses: dict[str, str | None] = (
             dict(mask_status) if isinstance(mask_status, Mapping)
             else ({} if mask_status is None else {sid: mask_status for sid in masks}))
+        if not masks and not extra_updates and not statuses:
+            return 0
         with self._lock.hold("set_masks"):
             self._refresh_all()
-            ids = list(dict.fromkeys([*masks, *(extra_updates or {})]))
+            ids = list(dict.fromkeys([*masks, *statuses, *(extra_updates or {})]))
             missing = [sid for sid in ids if sid not in self._index]
             if missing:
                 raise DatasetError(f"set_masks: unknown sample id(s) {', '.join(map(str, missing[:5]))} in "
