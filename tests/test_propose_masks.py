@@ -210,6 +210,7 @@ def test_cli_proposes_with_a_real_tiny_clipseg_and_measures(tmp_path, monkeypatc
                                   "--run-name", "cs", "--device", "cpu"])
     assert result.exit_code == 0, result.output
     assert "photos got a proposal" in result.output and "propose-masks world --measure --run cs" in result.output
+    assert "review fiftyone" not in result.output  # nothing was written for people to verify
     record = MaskRun.load(tmp_path / "world" / "runs" / "cs")
     assert record.model_id.startswith("clipseg:cs@") and record.counts["in_scope"] == 18
     assert record.counts["applied"] == 0  # every photo of this world has an exact mask

@@ -60,7 +60,11 @@ def propose_masks_cmd(directory: Path, model: str | None, prompt: str | None, th
                         highlight=False)
         else:
             out().print(format_measurement(measurement), highlight=False)
-        out().print(format_verdicts(verdicts), highlight=False)
+        if verdicts.applied:
+            out().print(format_verdicts(verdicts), highlight=False)
+        else:
+            out().print("reviewers' verdicts: none to count (this run wrote no proposal into the dataset: where it "
+                        "proposed, a human or exact mask was already there, or it found nothing)", highlight=False)
         return
     if not model:
         raise click.UsageError("give --model (e.g. clipseg:~/models/clipseg-rd64-refined), or --measure")
@@ -84,8 +88,12 @@ def propose_masks_cmd(directory: Path, model: str | None, prompt: str | None, th
     if skipped:
         out().print("not in scope: " + ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in skipped.items()),
                     highlight=False)
-    out().print(f"run: {record.run_dir}  (check them: `curate review push {directory} ...`; "
-                f"score them: `curate propose-masks {directory} --measure --run {record.name}`)", highlight=False)
+    out().print(f"run: {record.run_dir}", highlight=False)
+    if c.get("applied"):
+        out().print(f"people verify them: `curate review fiftyone {directory} --launch` (view 'masks to verify') or "
+                    f"`curate review labelstudio {directory} --url ...`; then `curate review pull {directory}`",
+                    highlight=False)
+    out().print(f"how good they are: `curate propose-masks {directory} --measure --run {record.name}`", highlight=False)
     if c.get("failed"):
         err().print(f"[yellow]{c['failed']} image(s) failed[/]; reasons in {record.run_dir}/proposals.parquet")
 
