@@ -297,6 +297,22 @@ def test_measure_run_refuses_when_nothing_is_out_of_sample(tmp_path: Path) -> No
         measure_run(ds, run)
 
 
+def test_a_verified_earlier_proposal_is_no_truth_for_a_later_run(tmp_path: Path) -> None:
+    """A mask that began as a proposal and that people accepted (``ok``) or repainted (``human``)
+    keeps ``extra.mask_run``: measuring a later run of the same model against it would score the
+    model against its own output, so it is left out (``from_a_proposal``) and said."""
+    ds = world(tmp_path, per_class=2)
+    accepted, repainted, exact, _ = ds.sample_ids()
+    for sid, status in ((accepted, "ok"), (repainted, "human")):
+        ds.set_masks({sid: ds.load_mask(sid)}, mask_status=status, extra_updates={sid: {"mask_run": "masks-old"}},
+                     actor="review")
+    run = write_run(ds, {sid: ds.load_mask(sid) != 0 for sid in (accepted, repainted, exact)})
+    measured = measure_run(ds, run)
+    assert measured.left_out == {"from_a_proposal": 2} and measured.overall.n == 1
+    assert measured.truth.get("exact") == 1 and not measured.truth.get("human")
+    assert "began as an earlier run's proposal" in format_measurement(measured)
+
+
 def test_review_verdicts(tmp_path: Path) -> None:
     ds = world(tmp_path, per_class=5)
     (s0, s1, s2, s3, s4), (s5, s6, s7, s8, s9) = by_class(ds)

@@ -7,7 +7,10 @@ Studio (a real server); a reviewer accepts, repaints and rejects proposals throu
 API; the pull is checked in the folder (statuses, masks kept / replaced / dropped), in its
 report (``proposals: N accepted, N repainted, N rejected (masks dropped)``) and in
 ``changes.jsonl``. A proposal a newer propose-masks run replaced after the push is a conflict,
-never clobbered. The servers are the session fixtures of the two review suites.
+never clobbered. A cleared verdict never makes a proposal a person's mask, an empty mask is never
+stored, a deleted brush is decided as FiftyOne's removed mask is, and a pull writes its masks in
+one commit per actor (these also without a server, through ``apply_pull`` and ``observe_task``).
+The servers are the session fixtures of the two review suites.
 """
 from __future__ import annotations
 
@@ -25,8 +28,18 @@ from review_helpers import PROPOSAL_SCORES, proposal_world, propose, square_mask
 from service_fixtures import EMAIL
 
 from curate.cli import main
+from curate.masks.sources import is_trusted, mask_source
 from curate.review import rle
-from curate.review.sync import Edit, ProposalCounts, decide_mask_review
+from curate.review.sync import (
+    Edit,
+    Observation,
+    ProposalCounts,
+    Snapshot,
+    apply_pull,
+    decide_mask_review,
+    folder_units,
+    snapshot_path,
+)
 
 PROPOSED = "model:tiny@abc"
 
@@ -57,26 +70,43 @@ def _records_since(world, count: int) -> list[dict[str, Any]]:
     (PROPOSED, "bad", "same", ("mask", "bad", "rejected")),
     (PROPOSED, None, "removed", ("mask", "bad", "rejected")),
     (PROPOSED, "bad", "removed", ("mask", "bad", "rejected")),
-    (PROPOSED, "bad", "new", "problem"),
-    (PROPOSED, "ok", "removed", "problem"),
+    (PROPOSED, "bad", "new", "problem: keep one"),
+    (PROPOSED, "ok", "removed", "problem: keep one"),
     ("model", "bad", "same", ("mask", "bad", "rejected")),  # a bare `model` status is a proposal too
+    # a cleared verdict (FiftyOne's mask_status field emptied) never makes a proposal a person's mask
+    (PROPOSED, "cleared", "same", "problem: was cleared"),
+    ("model", "cleared", "same", "problem: was cleared"),
+    (PROPOSED, "cleared", "removed", "problem: keep one"),
+    # an empty new mask (a brush erased to nothing) on a proposal is its removal ...
+    (PROPOSED, None, "empty", ("mask", "bad", "rejected")),
+    (PROPOSED, "bad", "empty", ("mask", "bad", "rejected")),
+    (PROPOSED, "ok", "empty", "problem: keep one"),
     # a human or exact mask: today's rules
     ("synthetic", "bad", "same", ("mask_status", "bad", None)),
     ("synthetic", "bad", "new", ("mask", "bad", None)),
     ("human", None, "new", ("mask", "human", None)),
+    ("human", "cleared", "same", ("mask_status", None, None)),  # a person's mask stays a person's
     (None, None, "removed", ("mask", None, None)),
+    ("synthetic", "bad", "removed", ("mask", "bad", None)),
+    ("human", "ok", "removed", "problem: keep one"),  # keep it and drop it
+    # ... and on any other mask a problem: an empty mask is never stored
+    ("synthetic", None, "empty", "problem: is empty"),
+    ("human", "bad", "empty", "problem: is empty"),
+    (None, "ok", "empty", "problem: is empty"),
 ])
 def test_one_decision_turns_verdict_and_mask_into_edits(pushed, verdict, mask, expected) -> None:
     new = np.ones((4, 4), np.uint8)
     edits = {"curation": Edit("curation", ["accepted", None], "tag accept")}
     if verdict is not None:
-        edits["mask_status"] = Edit("mask_status", verdict, f"tag mask:{verdict}", actor="ann")
+        value = None if verdict == "cleared" else verdict
+        edits["mask_status"] = Edit("mask_status", value, f"tag mask:{verdict}", actor="ann")
     if mask != "same":
-        edits["mask"] = Edit("mask", new if mask == "new" else None, "brush", actor="ann")
+        value = {"new": new, "empty": np.zeros_like(new), "removed": None}[mask]
+        edits["mask"] = Edit("mask", value, "brush", actor="ann")
     out, problems = decide_mask_review("s1", edits, pushed)
     assert out["curation"] is edits["curation"]  # other units untouched
-    if expected == "problem":
-        assert len(problems) == 1 and "keep one" in problems[0].message
+    if isinstance(expected, str):
+        assert len(problems) == 1 and expected.split(": ", 1)[1] in problems[0].message, problems
         assert "mask" not in out and "mask_status" not in out
         return
     unit, status, outcome = expected
@@ -88,7 +118,8 @@ def test_one_decision_turns_verdict_and_mask_into_edits(pushed, verdict, mask, e
         assert mask_units == {unit} and set((unit, *edit.covers)) == {"mask", "mask_status"}
     if unit == "mask":
         assert edit.mask_status == status
-        assert (edit.value is None) == (outcome == "rejected" or mask == "removed")
+        assert (edit.value is None) == (outcome == "rejected" or mask in ("removed", "empty"))
+        assert edit.value is None or edit.value.any()  # never an empty mask
     else:
         assert edit.value == status
 
@@ -102,6 +133,211 @@ def test_the_report_line_counts_proposals() -> None:
     assert counts.line().endswith("; 1 left in conflict")
     with pytest.raises(ValueError):
         counts.add("kept")
+
+
+def _pushed(world, backend: str = "test") -> Snapshot:
+    """A push snapshot of every sample as the folder holds it now (what a push records)."""
+    samples = {r["sample_id"]: {"folder": folder_units(world, r), "view": {}} for r in world.rows()}
+    return Snapshot(backend=backend, target={}, samples=samples,
+                    path=snapshot_path(world.root, backend, f"t-{uuid.uuid4().hex[:6]}"))
+
+
+def _observed(sid: str, verdict: Any = "none", mask: Any = "none", actor: str | None = None) -> Observation:
+    """What a backend reads for one sample: a verdict (None: cleared) and / or a new mask (None: removed)."""
+    obs = Observation(sid)
+    if verdict != "none":
+        obs.edits["mask_status"] = Edit("mask_status", verdict, f"tags mask:{verdict}", actor)
+    if not isinstance(mask, str):
+        obs.edits["mask"] = Edit("mask", mask, "field mask", actor)
+    return obs
+
+
+def test_a_pull_never_trusts_a_cleared_verdict_nor_stores_an_empty_mask(tmp_path) -> None:
+    world, p = proposal_world(tmp_path / "world")
+    rows = {r["sample_id"]: r for r in world.rows()}
+    exact = [sid for sid, r in rows.items() if r["mask_status"] == "synthetic"][:2]
+    snapshot = _pushed(world)
+    zeros = {sid: np.zeros((rows[sid]["height"], rows[sid]["width"]), np.uint8) for sid in rows}
+    proposed = _masks(world, p)
+    before = {sid: world.row(sid) for sid in (p[0], p[2], *exact)}
+    report = apply_pull(world, snapshot, [
+        _observed(p[0], verdict=None),                       # the reviewer cleared mask_status
+        _observed(p[1], mask=zeros[p[1]]),                   # the proposal erased to nothing
+        _observed(p[2], verdict="ok", mask=zeros[p[2]]),     # "ok" but erased: keep one
+        _observed(p[3], verdict="bad", mask=zeros[p[3]]),    # erased and marked bad: dropped
+        _observed(exact[0], mask=zeros[exact[0]]),           # an exact mask erased: never stored empty
+        _observed(exact[1], verdict="bad", mask=zeros[exact[1]]),
+    ], backend="test", target="t", actor="alice")
+    # the cleared verdict is reported; the proposal stays an unverified proposal (not a person's mask)
+    row = world.row(p[0])
+    assert row == before[p[0]] and mask_source(row) == "model" and not is_trusted(row)
+    assert np.array_equal(world.load_mask(p[0]), proposed[p[0]])
+    problems = {pr.sample_id: pr.message for pr in report.problems}
+    assert set(problems) == {p[0], p[2], *exact}, problems
+    assert "cleared" in problems[p[0]] and "keep one" in problems[p[2]]
+    assert all("empty" in problems[sid] for sid in exact)
+    for sid in (p[2], *exact):
+        assert world.row(sid) == before[sid]
+    # an erased proposal is a rejected one: dropped, counted
+    for sid in (p[1], p[3]):
+        assert (world.row(sid)["mask_path"], world.row(sid)["mask_status"]) == (None, "bad")
+    assert report.proposals.as_dict() == {"accepted": 0, "repainted": 0, "rejected": 2, "conflicts": 0}
+    for row in world.rows():  # no empty mask anywhere in the folder
+        assert row["mask_path"] is None or world.load_mask(row["sample_id"]).any(), row["sample_id"]
+
+
+def test_the_pull_writes_masks_in_one_commit_per_actor(tmp_path, monkeypatch) -> None:
+    from curate.store import Dataset
+
+    world, p = proposal_world(tmp_path / "world")
+    rows = {r["sample_id"]: r for r in world.rows()}
+    exact = [sid for sid, r in rows.items() if r["mask_status"] == "synthetic"][:3]
+    snapshot = _pushed(world)
+    proposed = _masks(world, p)
+    repainted = {sid: _other_mask(world, sid) for sid in (p[1], exact[0])}
+    propose(world, p[5], _other_mask(world, p[5], shift=3), 0.5, run="masks-tiny-2")  # newer, after the push
+    newer = world.load_mask(p[5])
+    wrong = np.ones((rows[p[4]]["height"] + 1, rows[p[4]]["width"]), np.uint8)
+    calls: list[tuple[str, int]] = []
+    commits: list[int] = []
+    set_masks, commit = Dataset.set_masks, Dataset._commit_table
+
+    def spy_set_masks(self, masks, **kwargs):
+        calls.append((kwargs["actor"], len(masks)))
+        return set_masks(self, masks, **kwargs)
+
+    def spy_commit(self, *args, **kwargs):
+        commits.append(1)
+        return commit(self, *args, **kwargs)
+
+    def no_set_mask(self, *args, **kwargs):
+        raise AssertionError("the pull writes masks with set_masks, one commit per actor")
+
+    monkeypatch.setattr(Dataset, "set_masks", spy_set_masks)
+    monkeypatch.setattr(Dataset, "_commit_table", spy_commit)
+    monkeypatch.setattr(Dataset, "set_mask", no_set_mask)
+    log_before = len(world.changes())
+    report = apply_pull(world, snapshot, [
+        _observed(p[0], verdict="ok", actor="review:ann"),                    # accepted: a status, no mask
+        _observed(p[1], mask=repainted[p[1]], actor="review:ann"),            # repainted
+        _observed(p[2], verdict="bad", actor="review:ann"),                   # rejected: dropped
+        _observed(p[3], verdict="bad", actor="review:bob"),                   # rejected, by another person
+        _observed(p[4], verdict="ok", mask=wrong, actor="review:bob"),        # the wrong size: its problem only
+        _observed(p[5], verdict="bad", actor="review:bob"),                   # a conflict: left alone
+        _observed(exact[0], mask=repainted[exact[0]]),                        # the pull's actor
+        _observed(exact[1], mask=None),                                       # removed: no mask, no status
+        _observed(exact[2], verdict="bad", actor="review:bob"),               # marked, kept
+    ], backend="test", target="t", actor="review:pull")
+    assert sorted(calls) == [("review:ann", 2), ("review:bob", 1), ("review:pull", 2)]
+    # two status updates (ann, bob) and three mask commits: one per actor, not one per mask
+    assert len(commits) == 5
+    assert [(pr.sample_id, pr.unit) for pr in report.problems] == [(p[4], "mask")]
+    height, width = rows[p[4]]["height"], rows[p[4]]["width"]
+    assert f"the mask is {width}x{height + 1} but the stored image is {width}x{height}" in report.problems[0].message
+    assert [(c.sample_id, c.resolution) for c in report.conflicts] == [(p[5], None)]
+    assert report.proposals.as_dict() == {"accepted": 1, "repainted": 1, "rejected": 2, "conflicts": 1}
+    assert world.row(p[0])["mask_status"] == "ok" and np.array_equal(world.load_mask(p[0]), proposed[p[0]])
+    assert world.row(p[1])["mask_status"] == "human" and np.array_equal(world.load_mask(p[1]), repainted[p[1]])
+    for sid in (p[2], p[3]):
+        assert (world.row(sid)["mask_path"], world.row(sid)["mask_status"]) == (None, "bad")
+    assert world.row(p[4]) == {**rows[p[4]]} and np.array_equal(world.load_mask(p[4]), proposed[p[4]])
+    assert world.row(p[5])["mask_status"] == PROPOSED and np.array_equal(world.load_mask(p[5]), newer)
+    assert world.row(exact[0])["mask_status"] == "human"
+    assert np.array_equal(world.load_mask(exact[0]), repainted[exact[0]])
+    assert (world.row(exact[1])["mask_path"], world.row(exact[1])["mask_status"]) == (None, None)
+    assert world.row(exact[2])["mask_status"] == "bad" and world.row(exact[2])["mask_path"] == rows[exact[2]]["mask_path"]
+    # the change log names whoever made each change, as before
+    actors: dict[str, set[str]] = {}
+    for record in world.changes()[log_before:]:
+        actors.setdefault(record["sample_id"], set()).add(record["actor"])
+    assert actors == {p[0]: {"review:ann"}, p[1]: {"review:ann"}, p[2]: {"review:ann"}, p[3]: {"review:bob"},
+                      exact[0]: {"review:pull"}, exact[1]: {"review:pull"}, exact[2]: {"review:bob"}}
+    # settled: pulling the same state again changes nothing
+    again = apply_pull(world, snapshot, [_observed(p[1], mask=repainted[p[1]], actor="review:ann")],
+                       backend="test", target="t", actor="review:pull")
+    assert not again.applied and len(calls) == 3
+
+
+def test_label_studio_reads_a_deleted_or_erased_brush_for_the_one_decision(tmp_path) -> None:
+    """Deleting the brush region and choosing mask:ok is the same contradiction as FiftyOne's removed
+    mask field with mask:ok (a problem, never an accepted proposal); mask:bad with it deleted and a
+    brush erased to nothing drop the proposal. No server: the export's task JSON is made here."""
+    from curate.review.labelstudio import observe_task, pushed_values
+    from curate.review.vocabulary import TagVocabulary
+
+    world, p = proposal_world(tmp_path / "world")
+    vocab = TagVocabulary.load()
+    rows = {r["sample_id"]: r for r in world.rows()}
+    exact = next(sid for sid, r in rows.items() if r["mask_status"] == "synthetic")
+    snapshot = _pushed(world, "labelstudio")
+    predicted: dict[str, list[dict[str, Any]]] = {}
+    for sid in rows:
+        view, results, _score = pushed_values(world, rows[sid], vocab)
+        snapshot.samples[sid]["view"] = view
+        predicted[sid] = results
+    proposed = _masks(world, p)
+    erased = np.zeros((rows[p[3]]["height"], rows[p[3]]["width"]), np.uint8)
+
+    def task(sid: str, result: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"id": 100 + len(sid), "data": {"sample_id": sid},
+                "annotations": [{"id": 7, "completed_by": 3, "was_cancelled": False, "result": result}]}
+
+    def without_brush(sid: str) -> list[dict[str, Any]]:
+        return [r for r in predicted[sid] if r["type"] != "brushlabels"]
+
+    annotated = {
+        p[0]: without_brush(p[0]) + [_verdict("mask:ok")],     # brush deleted, "ok": a problem
+        p[1]: predicted[p[1]] + [_verdict("mask:ok")],         # as proposed, "ok": accepted
+        p[2]: without_brush(p[2]) + [_verdict("mask:bad")],    # brush deleted, "bad": rejected
+        p[3]: without_brush(p[3]) + [_stroke(erased)],         # erased to nothing: rejected
+        p[4]: without_brush(p[4]),                             # no verdict, no brush: says nothing of the mask
+        exact: without_brush(exact) + [_stroke(erased)],       # an exact mask erased: a problem
+    }
+    observations = [observe_task(world, task(sid, result), snapshot.samples[sid], vocab)
+                    for sid, result in annotated.items()]
+    assert "mask" not in observations[4].edits
+    def mask_of(sid: str) -> tuple[Any, ...]:
+        row = world.row(sid)
+        return row["mask_path"], row["mask_status"], row["extra"]
+
+    before = {sid: mask_of(sid) for sid in (p[0], p[4], exact)}
+    report = apply_pull(world, snapshot, observations, backend="labelstudio", target="t", actor="review.labelstudio")
+    assert sorted(pr.sample_id for pr in report.problems) == sorted([p[0], exact]), [str(x) for x in report.problems]
+    assert "keep one" in next(pr.message for pr in report.problems if pr.sample_id == p[0])
+    assert {sid: mask_of(sid) for sid in before} == before  # (the background choices may confirm a label)
+    assert world.row(p[1])["mask_status"] == "ok" and np.array_equal(world.load_mask(p[1]), proposed[p[1]])
+    for sid in (p[2], p[3]):
+        assert (world.row(sid)["mask_path"], world.row(sid)["mask_status"]) == (None, "bad")
+    assert report.proposals.as_dict() == {"accepted": 1, "repainted": 0, "rejected": 2, "conflicts": 0}
+    assert {c.actor for c in report.applied} == {"review.labelstudio:3"}
+
+
+def test_proposal_provenance_is_read_from_the_row_by_curate_masks_sources(tmp_path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    from curate.masks.sources import MASK_RUN_KEY, MASK_SCORE_KEY, proposal_of, proposal_run, proposal_score
+    from curate.review.views import column_value
+
+    extra = json.dumps({MASK_SCORE_KEY: 0.25, MASK_RUN_KEY: "masks-tiny"})
+    row = {"mask_path": "masks/a.png", "mask_status": PROPOSED, "extra": extra}
+    assert (proposal_score(row), proposal_run(row)) == (0.25, "masks-tiny")
+    info = proposal_of(row)
+    assert info is not None and (info.model_id, info.score, info.run) == ("tiny@abc", 0.25, "masks-tiny")
+    assert column_value(row, "mask_score") == 0.25
+    # provenance stays after a review (the measurement reads the run); the view's score is a proposal's only
+    reviewed = {**row, "mask_status": "ok"}
+    assert proposal_run(reviewed) == "masks-tiny" and proposal_of(reviewed) is None
+    assert column_value(reviewed, "mask_score") is None
+    for bad in (None, "", "not json", "[1]", json.dumps({MASK_SCORE_KEY: True}), json.dumps({MASK_SCORE_KEY: "0.5"})):
+        assert proposal_score({**row, "extra": bad}) is None
+    assert proposal_score({**row, "extra": {MASK_SCORE_KEY: 1}}) == 1.0 and proposal_run({"extra": None}) is None
+    # the views no longer import the pull module, and sources stays light (stdlib only)
+    code = ("import sys, curate.masks.sources; light = not [m for m in sys.modules if m.split('.')[0] in "
+            "('numpy', 'pyarrow')]; import curate.review.views; print(light, 'curate.review.sync' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, timeout=120)
+    assert result.stdout.split() == ["True", "False"], result.stdout + result.stderr
 
 
 def test_masks_to_verify_and_masks_to_review_never_share_a_sample(tmp_path) -> None:
@@ -222,6 +458,47 @@ def test_fiftyone_proposals_are_verified_repainted_or_dropped(fo, tmp_path) -> N
     assert not pull_fiftyone(world.root, name=name, actor="alice").conflicts
 
 
+@pytest.mark.fiftyone
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_fiftyone_a_cleared_status_or_an_empty_mask_never_becomes_a_persons_mask(fo, tmp_path) -> None:
+    from curate.review.fiftyone import pull_fiftyone, push_fiftyone
+
+    world, p = proposal_world(tmp_path / "world")
+    rows = {r["sample_id"]: r for r in world.rows()}
+    exact = next(sid for sid, r in rows.items() if r["mask_status"] == "synthetic")
+    name = f"t-{uuid.uuid4().hex[:10]}"
+    push_fiftyone(world.root, name=name)
+    dataset = fo.load_dataset(name)
+    sample = lambda sid: dataset.match(fo.ViewField("sample_id") == sid).first()  # noqa: E731
+    edited = sample(p[0])
+    edited["mask_status"] = None  # the reviewer emptied the status field of a proposal
+    edited.save()
+    for sid in (p[1], p[2], exact):  # every pixel erased, in the database
+        edited = sample(sid)
+        edited["mask"] = fo.Segmentation(mask=np.zeros((rows[sid]["height"], rows[sid]["width"]), np.uint8))
+        edited.save()
+    edited = sample(p[3])
+    edited["mask"] = None  # the mask removed ...
+    edited.save()
+    dataset.select_by("sample_id", [p[2], p[3]]).tag_samples(["mask:ok"])  # ... and yet "ok"
+    proposed = _masks(world, p)
+    before = {sid: world.row(sid) for sid in (p[0], p[2], p[3], exact)}
+    report = pull_fiftyone(world.root, name=name, actor="alice")
+    problems = {pr.sample_id: pr.message for pr in report.problems}
+    assert set(problems) == {p[0], p[2], p[3], exact}, problems
+    assert "cleared" in problems[p[0]] and "empty" in problems[exact]
+    assert "keep one" in problems[p[2]] and "keep one" in problems[p[3]]
+    assert {sid: world.row(sid) for sid in before} == before
+    assert mask_source(world.row(p[0])) == "model" and np.array_equal(world.load_mask(p[0]), proposed[p[0]])
+    row = world.row(p[1])  # erased to nothing: the proposal rejected, never an empty mask
+    assert (row["mask_path"], row["mask_status"]) == (None, "bad")
+    assert report.proposals.as_dict() == {"accepted": 0, "repainted": 0, "rejected": 1, "conflicts": 0}
+    assert sample(p[1]).mask is None and sample(p[1]).mask_status == "bad"
+    again = pull_fiftyone(world.root, name=name, actor="alice")  # the problems stay until fixed in FiftyOne
+    assert not again.applied and {pr.sample_id for pr in again.problems} == set(problems)
+
+
 # ------------------------------------------------------------------------------ Label Studio
 
 
@@ -306,3 +583,35 @@ def test_labelstudio_proposals_are_verified_repainted_or_dropped(ls) -> None:
     again = pull_labelstudio(world.root, url=ls.url, token=ls.token)
     assert not again.applied and table_of(world.root) == snapshot  # idempotent; the conflict stays reported
     assert again.proposals.conflicts == 1
+
+
+@pytest.mark.labelstudio
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_labelstudio_a_deleted_or_erased_brush_is_decided_as_in_fiftyone(ls) -> None:
+    from curate.review.labelstudio import MediaSource, pull_labelstudio, push_labelstudio
+
+    world, p = proposal_world(ls.docroot / f"erase-{uuid.uuid4().hex[:8]}")
+    result = push_labelstudio(world.root, url=ls.url, token=ls.token,
+                              media=MediaSource("local-files", document_root=ls.docroot))
+    response = ls.http.get("/api/tasks", params={"project": result.project_id, "fields": "all", "page_size": 1000})
+    response.raise_for_status()
+    data = response.json()
+    tasks = {t["data"]["sample_id"]: t for t in (data["tasks"] if isinstance(data, dict) else data)}
+
+    def without_brush(sid: str) -> list[dict[str, Any]]:
+        return [r for r in tasks[sid]["predictions"][0]["result"] if r["type"] != "brushlabels"]
+
+    row = world.row(p[2])
+    _post(ls, result.project_id, tasks[p[0]], without_brush(p[0]) + [_verdict("mask:ok")])  # deleted, "ok"
+    _post(ls, result.project_id, tasks[p[1]], without_brush(p[1]) + [_verdict("mask:bad")])  # deleted, "bad"
+    _post(ls, result.project_id, tasks[p[2]],
+          without_brush(p[2]) + [_stroke(np.zeros((row["height"], row["width"]), np.uint8))])  # erased
+    proposed = world.load_mask(p[0])
+    report = pull_labelstudio(world.root, url=ls.url, token=ls.token)
+    assert [pr.sample_id for pr in report.problems] == [p[0]] and "keep one" in report.problems[0].message
+    assert world.row(p[0])["mask_status"] == PROPOSED and np.array_equal(world.load_mask(p[0]), proposed)  # not accepted
+    for sid in (p[1], p[2]):
+        assert (world.row(sid)["mask_path"], world.row(sid)["mask_status"]) == (None, "bad")
+    assert report.proposals.as_dict() == {"accepted": 0, "repainted": 0, "rejected": 2, "conflicts": 0}
+    assert not pull_labelstudio(world.root, url=ls.url, token=ls.token).applied

@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from curate.formatting import MISSING, ci, num, pct, pct_ci
-from curate.masks.sources import MASK_RUN_KEY, MODEL_PREFIX, REJECTED_STATUS, mask_source, model_id_of
+from curate.masks.sources import MODEL_PREFIX, REJECTED_STATUS, mask_source, model_id_of, proposal_run
 
 __all__ = [
     "DAVIS_TOLERANCE", "LEFT_OUT_REASONS", "MEASUREMENT_COLUMNS", "NOT_FOUND_CODES", "VERDICTS", "MaskMeasurement", "MaskScores", "ReviewVerdicts",
@@ -56,6 +56,7 @@ DAVIS_TOLERANCE = 0.008
 LEFT_OUT_REASONS: dict[str, str] = {
     "not_in_dataset": "no longer in the dataset",
     "from_this_proposal": "the run applied its proposal there (the mask is the proposal or was reviewed from it)",
+    "from_a_proposal": "the mask began as an earlier run's proposal that people verified or repainted (no independent truth)",
     "no_truth": "no human or exact mask (none, a model proposal, or rejected)",
     "empty_truth": "the human or exact mask is empty (IoU undefined)",
     "tuned_on": "the model was tuned on it",
@@ -422,6 +423,8 @@ def measure_run(ds: Any, run: Any, *, exclude: Iterable[str] | None = None,
             reason = "not_in_dataset"
         elif proposal_row.get("applied"):
             reason = "from_this_proposal"
+        elif source == "human" and proposal_run(row) is not None:
+            reason = "from_a_proposal"
         elif source not in ("human", "exact"):
             reason = "no_truth"
         else:
@@ -539,17 +542,6 @@ def _status_history(ds: Any, sample_ids: set[str]) -> dict[str, list[str | None]
     return history
 
 
-def _wrote_run(row: Mapping[str, Any]) -> str | None:
-    import json
-
-    try:
-        extra = json.loads(row.get("extra") or "{}")
-    except (TypeError, ValueError):
-        return None
-    value = extra.get(MASK_RUN_KEY) if isinstance(extra, dict) else None
-    return None if value is None else str(value)
-
-
 def review_verdicts(ds: Any, run: Any) -> ReviewVerdicts:
     """Count what people did with the proposals ``run`` applied (``applied`` true in its table).
 
@@ -597,7 +589,7 @@ def review_verdicts(ds: Any, run: Any) -> ReviewVerdicts:
             elif status == REJECTED_STATUS:
                 verdict = "rejected"
             elif source == "model":
-                writer = _wrote_run(row)
+                writer = proposal_run(row)
                 mine = status == own and (writer is None or not run.name or writer == run.name)
                 verdict = "pending" if mine and same_mask(sid, row) is not False else "replaced"
             elif source == "human":

@@ -3,7 +3,9 @@
 This is the one mask API that every mask consumer shares (docs/design.md#masks): SSS and RMA
 (``curate explain``), the clarity check (``curate audit``), fidelity's ``mask`` method, composites
 and the interventions all ask :func:`is_trusted` / :func:`trusted_rows`, and every table that
-uses masks prints :meth:`MaskCounts.line`.
+uses masks prints :meth:`MaskCounts.line`. What ``curate propose-masks`` records about a proposal
+in the row's ``extra`` (its score and run) is read here too (:func:`proposal_score`,
+:func:`proposal_run`, :func:`proposal_of`), for the review tools, their views and the measurement.
 
 The source of a mask is read from the ``mask_status`` column (schema v1 keeps its columns; the
 issue's ``mask_source`` is this column's vocabulary, see docs/design.md#masks):
@@ -27,14 +29,16 @@ written before this vocabulary, or a user's own text) counts as human, since onl
 """
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
     "EXACT_STATUSES", "HUMAN_STATUSES", "MODEL_PREFIX", "REJECTED_STATUS", "MASK_SCORE_KEY", "MASK_RUN_KEY",
-    "SOURCES", "MaskCounts", "mask_source", "model_status", "model_id_of", "is_trusted", "trusted_rows",
-    "mask_counts", "untrusted_masks_message",
+    "SOURCES", "MaskCounts", "ProposalInfo", "mask_source", "model_status", "model_id_of", "is_trusted", "trusted_rows",
+    "mask_counts", "untrusted_masks_message", "row_extra", "proposal_score", "proposal_run", "proposal_of",
 ]
 
 #: Statuses of masks drawn exactly (the synthetic generator, COCO's annotators, composites).
@@ -80,6 +84,58 @@ def mask_source(row: Mapping[str, Any]) -> str | None:
     if status == REJECTED_STATUS:
         return "rejected"
     return "human"
+
+
+def row_extra(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A row's ``extra`` object (stored as JSON text, or already a mapping); {} when missing or
+    unreadable."""
+    extra = row.get("extra")
+    if isinstance(extra, Mapping):
+        return dict(extra)
+    try:
+        value = json.loads(extra) if isinstance(extra, (str, bytes)) and extra else {}
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def proposal_score(row: Mapping[str, Any]) -> float | None:
+    """The model's confidence that ``curate propose-masks`` recorded on the row
+    (``extra.mask_score``), or None (none recorded, or not a finite number).
+
+    Provenance only: it stays on the row after a reviewer verifies or repaints the proposal, so
+    whether the mask *is still* a proposal is :func:`mask_source`'s answer (:func:`proposal_of`
+    asks both)."""
+    score = row_extra(row).get(MASK_SCORE_KEY)
+    if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score):
+        return None
+    return float(score)
+
+
+def proposal_run(row: Mapping[str, Any]) -> str | None:
+    """The propose-masks run that wrote the row's proposal (``extra.mask_run``), or None.
+    Provenance like :func:`proposal_score`: kept after a review."""
+    run = row_extra(row).get(MASK_RUN_KEY)
+    return None if run is None else str(run)
+
+
+@dataclass(frozen=True)
+class ProposalInfo:
+    """A row's unverified model proposal: the model id of ``mask_status = model:<id>`` and the
+    provenance propose-masks recorded (:func:`proposal_score`, :func:`proposal_run`). Not the
+    backends' ``Proposal`` (a mask being made), this is one stored on a row."""
+
+    model_id: str
+    score: float | None
+    run: str | None
+
+
+def proposal_of(row: Mapping[str, Any]) -> ProposalInfo | None:
+    """The row's model proposal, or None when its mask is not one (:func:`mask_source` != model)."""
+    if mask_source(row) != "model":
+        return None
+    return ProposalInfo(model_id=model_id_of(row.get("mask_status")) or "", score=proposal_score(row),
+                        run=proposal_run(row))
 
 
 def is_trusted(row: Mapping[str, Any], *, allow_model_masks: bool = False) -> bool:

@@ -39,8 +39,10 @@ discards them).
 
 On a model proposal, ``mask:ok`` verifies it (``mask_status = ok``), a new mask in ``mask`` (an
 in-database mask or another PNG) replaces it (``human``), and ``mask:bad`` (or removing the
-``mask`` field) drops it: the sample is left without a mask, ``mask_status = bad``
-(:func:`curate.review.sync.decide_mask_review`, shared with Label Studio).
+``mask`` field, or an all-zero mask) drops it: the sample is left without a mask,
+``mask_status = bad`` (:func:`curate.review.sync.decide_mask_review`, shared with Label Studio).
+Clearing its ``mask_status`` field is reported, not applied (a null status would make the
+proposal count as a person's mask); so is an all-zero mask on any other mask.
 
 FiftyOne is imported only inside these functions, after
 :func:`curate.review.database.ensure_fiftyone_database` made sure it has a database.
@@ -61,6 +63,7 @@ import numpy as np
 
 from curate import __version__
 from curate.labels import UnknownClassError
+from curate.masks.sources import proposal_of
 from curate.review.annotation import GUIDELINE_FILE, annotation_file
 from curate.review.sync import (
     Edit,
@@ -74,7 +77,6 @@ from curate.review.sync import (
     folder_units,
     jsonable,
     now_iso,
-    proposal_of,
     snapshot_path,
 )
 from curate.review.views import (

@@ -43,11 +43,15 @@ have no reason of their own among the paper's four: they are only named in the t
 submitted (not cancelled) annotation through :func:`curate.review.sync.apply_pull`:
 background choice -> background (source human; choosing the pre-label confirms it), curation
 choice -> status / reject_reason, brush -> the mask (decoded to the image's size; an unchanged
-brush changes nothing), mask verdict -> mask_status. On a model proposal
+brush changes nothing), mask verdict -> mask_status. An annotation with a mask verdict but no
+brush region where the push showed one says the mask was removed (an annotation without a
+verdict and without a brush says nothing about the mask). On a model proposal
 (:func:`curate.review.sync.decide_mask_review`, shared with FiftyOne): ``mask:ok`` with the brush
 as proposed -> kept, ``mask_status = ok``; a repainted brush -> the new mask, ``human``;
-``mask:bad`` -> the mask dropped (no mask, ``mask_status = bad``); ``mask:bad`` with a repainted
-brush is reported, not applied. Actor in ``changes.jsonl``: ``review.labelstudio:<annotator>``.
+``mask:bad`` (or a brush erased to nothing, or deleted) -> the mask dropped (no mask,
+``mask_status = bad``); ``mask:bad`` with a repainted brush, and ``mask:ok`` with the brush
+deleted or erased, are reported, not applied. A brush erased to nothing on any other mask is
+reported too (an empty mask is never stored). Actor in ``changes.jsonl``: ``review.labelstudio:<annotator>``.
 
 The token comes from an environment variable and is handed to the SDK only; it never appears
 in a log line, an error message or a file (the snapshot records the URL and project only).
@@ -68,6 +72,7 @@ from xml.sax.saxutils import quoteattr
 
 import numpy as np
 
+from curate.masks.sources import proposal_of
 from curate.review import rle
 from curate.review.annotation import (
     LABELSTUDIO_TEMPLATE,
@@ -86,7 +91,6 @@ from curate.review.sync import (
     folder_units,
     mask_digest,
     now_iso,
-    proposal_of,
     snapshot_path,
 )
 from curate.review.views import ViewSpec, expand_views, find_view, load_views
@@ -547,6 +551,7 @@ def observe_task(ds: Dataset, task: Mapping[str, Any], entry: Mapping[str, Any],
                  annotation.get("id"))
     choices: dict[str, list[str]] = {}
     brushes: list[np.ndarray] = []
+    brush_regions = 0  # brush regions in the annotation, readable or not
     row = ds.row(sid) if sid in ds else None
     for result in annotation.get("result") or []:
         kind = str(result.get("type", "")).lower()
@@ -554,6 +559,7 @@ def observe_task(ds: Dataset, task: Mapping[str, Any], entry: Mapping[str, Any],
         if kind == "choices":
             choices.setdefault(str(result.get("from_name")), []).extend(map(str, value.get("choices") or []))
         elif kind == "brushlabels" and result.get("from_name") == MASK:
+            brush_regions += 1
             width, height = int(result.get("original_width") or 0), int(result.get("original_height") or 0)
             if row is not None and (width, height) != (row["width"], row["height"]):
                 obs.problems.append(Problem(sid, "mask", f"brush on a {width}x{height} image but the stored image is "
@@ -585,6 +591,7 @@ def observe_task(ds: Dataset, task: Mapping[str, Any], entry: Mapping[str, Any],
                 obs.edits["background"] = Edit("background", list(value), f"choice background = {chosen}", actor)
         else:
             obs.problems.extend(Problem(sid, "background", f"{p}; not applied") for p in problems)
+    verdict: Edit | None = None  # the mask verdict the annotation holds (changed or as pre-selected)
     for control, unit, vocab_unit in ((CURATION, "curation", "curation"), (MASK_REVIEW, "mask_status", "mask")):
         if not choices.get(control):
             continue
@@ -594,8 +601,11 @@ def observe_task(ds: Dataset, task: Mapping[str, Any], entry: Mapping[str, Any],
             continue
         chosen = reading.tag_of(vocab_unit, value) or choices[control][-1]
         obs.view[unit] = chosen
+        edit = Edit(unit, list(value) if isinstance(value, tuple) else value, f"choice {control} = {chosen}", actor)
+        if unit == "mask_status":
+            verdict = edit
         if chosen != pushed.get(unit):
-            obs.edits[unit] = Edit(unit, list(value) if isinstance(value, tuple) else value, f"choice {control} = {chosen}", actor)
+            obs.edits[unit] = edit
     _clear_suspicions(obs, pushed, folder_at_push, choices.get(CURATION, []), annotation, actor)
     if brushes:
         mask = np.zeros_like(brushes[0])
@@ -606,6 +616,13 @@ def observe_task(ds: Dataset, task: Mapping[str, Any], entry: Mapping[str, Any],
         if digest != pushed.get("mask"):
             # its status (the verdict's, human, or a proposal's outcome) is decided by sync.decide_mask_review
             obs.edits["mask"] = Edit("mask", mask, f"brush of annotation {annotation.get('id')}", actor)
+    elif not brush_regions and pushed.get("mask") is not None and verdict is not None:
+        # the push showed a brush, the reviewer judged the mask and deleted the brush region: the mask
+        # removed, decided with the verdict by sync.decide_mask_review as FiftyOne's removed mask field is
+        # (mask:bad drops it; mask:ok contradicts it: a problem). Without a verdict an annotation that has
+        # no brush says nothing about the mask (it may simply not carry one).
+        obs.view["mask"] = None
+        obs.edits["mask"] = Edit("mask", None, f"brush region deleted in annotation {annotation.get('id')}", actor)
     return obs
 
 

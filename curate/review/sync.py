@@ -8,7 +8,7 @@ push time in ``DIR/.review/<backend>-<target>.json``. A pull compares three valu
   even when it changed meanwhile);
 - edited in the tool, and the folder still holds the pushed value -> the edit is applied
   (only that unit's fields), and logged to ``changes.jsonl`` by :meth:`Dataset.update` /
-  :meth:`Dataset.set_mask`;
+  :meth:`Dataset.set_masks`;
 - edited in the tool *and* changed in the folder since the push -> a :class:`Conflict`: left as
   it is and reported, unless the caller chose ``on_conflict="view"`` (take the tool's value) or
   ``"folder"`` (keep the folder's and stop reporting it).
@@ -19,7 +19,7 @@ Units (:data:`UNITS`) and the folder fields each one writes:
 ``class``       class_index (and class_name)
 ``background``  background, background_source, background_score
 ``curation``    status, reject_reason
-``mask``        the mask image (masks/, via set_mask)
+``mask``        the mask image (masks/, via set_masks)
 ``mask_status`` mask_status
 ``group``       group
 ``tags``        tags (the free tags)
@@ -31,28 +31,43 @@ Backends (:mod:`curate.review.fiftyone`, :mod:`curate.review.labelstudio`) turn 
 into :class:`Observation` objects; :func:`apply_pull` does the rest, identically for both.
 
 Masks: a backend reports the reviewer's verdict (``mask_status`` edit, from ``mask:ok`` /
-``mask:bad``) and a new mask (``mask`` edit: repainted pixels, or None when removed) as it
-reads them; :func:`decide_mask_review` turns "verdict + maybe a new mask + the mask_status the
-push showed" into the folder edits, the same for both tools. For a *model proposal* (the push
-showed ``mask_status = model:<id>`` or a bare ``model``; :mod:`curate.masks.sources`):
+``mask:bad``, or None when the reviewer cleared it) and a new mask (``mask`` edit: repainted
+pixels, or None when removed) as it reads them; :func:`decide_mask_review` turns "verdict + maybe
+a new mask + the mask_status the push showed" into the folder edits, the same for both tools.
+For a *model proposal* (the push showed ``mask_status = model:<id>`` or a bare ``model``;
+:mod:`curate.masks.sources`):
 
 =======================  ===========  ===================================================  ==========
 verdict                  new mask     folder                                               counted
 =======================  ===========  ===================================================  ==========
 ``mask:ok``              none         the proposal kept, ``mask_status = ok`` (human)      accepted
 ``mask:ok`` or none      repainted    the new mask, ``mask_status = human``                repainted
-``mask:bad``             none         the mask dropped (``set_mask(None)``), status bad    rejected
-none or ``mask:bad``     removed      the mask dropped, status bad (FiftyOne only)         rejected
+``mask:bad``             none         the mask dropped (``set_masks``: None), status bad   rejected
+none or ``mask:bad``     removed      the mask dropped, status bad                         rejected
 ``mask:bad``             repainted    nothing: a problem (drop or keep? choose one)
 ``mask:ok``              removed      nothing: a problem
+cleared (null)           none         nothing: a problem (a null status would read as a
+                                      person's mask: the proposal would become trusted)
+cleared (null)           removed      nothing: a problem
 =======================  ===========  ===================================================  ==========
+
+A new mask with no pixel set (a Label Studio brush erased to nothing, an all-zero FiftyOne
+mask) is never stored: on a proposal it counts as *removed* (the table's rows), on any other
+mask it is a problem. "Removed" is FiftyOne's ``mask`` field cleared, or a Label Studio
+annotation that holds a mask verdict but no brush region where the push showed one (an
+annotation without a verdict and without a brush says nothing about the mask).
 
 A proposal decision guards *both* mask units: it is applied only if neither the mask nor its
 status changed in the folder since the push (a newer ``curate propose-masks`` run replaced the
 proposal: the reviewer judged another mask), otherwise it is a :class:`Conflict` like any other.
 Other masks keep the plain rules: a verdict sets ``mask_status``; a new mask takes the verdict's
-status, else ``human``. The counts are :attr:`PullReport.proposals`
+status, else ``human``; a removed mask with a verdict that keeps it (``mask:ok``) is a problem.
+The counts are :attr:`PullReport.proposals`
 (``proposals: 5 accepted, 2 repainted, 3 rejected (masks dropped)``).
+
+The masks of a pull are written with :meth:`Dataset.set_masks`, one table commit per actor
+(a pull of 13,000 verdicts is not 13,000 commits); each is checked (size, values, not empty)
+before anything is written, so one bad mask is a problem of its sample, never a refused batch.
 """
 from __future__ import annotations
 
@@ -69,11 +84,12 @@ from typing import Any, Literal
 import numpy as np
 
 from curate import __version__
-from curate.masks.sources import MASK_RUN_KEY, MASK_SCORE_KEY, REJECTED_STATUS, mask_source, model_id_of
+from curate.masks.sources import REJECTED_STATUS, model_id_of
 from curate.runs import slug
 from curate.store import Dataset, DatasetError
 from curate.store import schema as S
 from curate.store.atomic import atomic_write_bytes
+from curate.store.images import ImageRejected, mask_array
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +146,7 @@ def folder_units(ds: Dataset, row: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def unit_fields(unit: str, value: Any) -> dict[str, Any]:
-    """The folder fields a unit's value writes (not for ``mask``, which goes through set_mask)."""
+    """The folder fields a unit's value writes (not for ``mask``, which goes through set_masks)."""
     if unit == "class":
         return {"class_index": value}
     if unit == "background":
@@ -148,40 +164,6 @@ def unit_fields(unit: str, value: Any) -> dict[str, Any]:
 
 def _float(value: Any) -> float | None:
     return None if value is None else float(value)
-
-
-@dataclass(frozen=True)
-class Proposal:
-    """A row's unverified model proposal: the model id of ``mask_status = model:<id>`` and, from the
-    row's ``extra``, the model's confidence (``mask_score``) and the propose-masks run (``mask_run``)."""
-
-    model_id: str
-    score: float | None
-    run: str | None
-
-
-def row_extra(row: Mapping[str, Any]) -> dict[str, Any]:
-    """A row's ``extra`` object (stored as JSON text); {} when missing or unreadable."""
-    extra = row.get("extra")
-    if isinstance(extra, Mapping):
-        return dict(extra)
-    try:
-        value = json.loads(extra) if isinstance(extra, str) and extra else {}
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
-def proposal_of(row: Mapping[str, Any]) -> Proposal | None:
-    """The row's model proposal, or None when its mask is not one (:func:`mask_source` != model)."""
-    if mask_source(row) != "model":
-        return None
-    extra = row_extra(row)
-    score = extra.get(MASK_SCORE_KEY)
-    run = extra.get(MASK_RUN_KEY)
-    return Proposal(model_id=model_id_of(row.get("mask_status")) or "",
-                    score=float(score) if isinstance(score, (int, float)) and not isinstance(score, bool) else None,
-                    run=str(run) if run is not None else None)
 
 
 def jsonable(value: Any) -> Any:
@@ -417,6 +399,11 @@ def _already(ds: Dataset, row: Mapping[str, Any], now: Mapping[str, Any], edit: 
     return jsonable(now[edit.unit]) == jsonable(edit.value)
 
 
+def is_empty_mask(mask: Any) -> bool:
+    """Whether a new mask has no pixel set (a brush erased to nothing, an all-zero array)."""
+    return isinstance(mask, np.ndarray) and mask.size > 0 and not bool(np.any(mask))
+
+
 def decide_mask_review(sample_id: str, edits: Mapping[str, Edit], pushed_status: str | None
                        ) -> tuple[dict[str, Edit], list[Problem]]:
     """The folder edits of a reviewer's mask verdict and new mask (module docstring's table).
@@ -424,24 +411,39 @@ def decide_mask_review(sample_id: str, edits: Mapping[str, Edit], pushed_status:
     ``edits`` are what a backend read for one sample (its ``mask_status`` edit is the verdict, its
     ``mask`` edit the repainted or removed mask); ``pushed_status`` is the ``mask_status`` the
     push showed. Returns the edits to apply (other units untouched) and the problems (a verdict
-    that contradicts the mask; both mask units are then left as they are).
+    that contradicts the mask, a cleared verdict on a proposal, an empty mask on a mask a person
+    or the generator made; both mask units are then left as they are). An empty mask is never
+    stored: on a proposal it is read as the mask removed.
     """
     verdict, mask = edits.get("mask_status"), edits.get("mask")
     if verdict is None and mask is None:
         return dict(edits), []
     out = {unit: edit for unit, edit in edits.items() if unit not in ("mask", "mask_status")}
+    said = verdict.value if verdict is not None else None
+    empty = mask is not None and is_empty_mask(mask.value)
     if model_id_of(pushed_status) is None:  # a human, exact or rejected mask (or none): the plain rules
+        shown = f"{pushed_status} mask" if pushed_status else "mask"
+        if empty:
+            return out, [Problem(sample_id, "mask", f"{mask.source}: the new mask is empty (no pixel set) on the "
+                                                    f"{shown}; a mask is never stored empty: remove the mask (or mark "
+                                                    "it mask:bad) instead; not applied")]
+        if mask is not None and mask.value is None and verdict is not None and said is not None \
+                and said != REJECTED_STATUS:
+            return out, [Problem(sample_id, "mask", f"{verdict.source} but the mask was removed ({mask.source}) on "
+                                                    f"the {shown}: the verdict keeps it, the removal drops it; keep "
+                                                    "one; not applied")]
         if verdict is not None:
             out["mask_status"] = verdict
         if mask is not None:
             status = mask.mask_status
             if status is None:
-                status = verdict.value if verdict is not None and verdict.value is not None else (
-                    "human" if mask.value is not None else None)
+                status = said if said is not None else ("human" if mask.value is not None else None)
             out["mask"] = Edit("mask", mask.value, mask.source, mask.actor, mask_status=status)
         return out, []
-    said = verdict.value if verdict is not None else None
     what = f"model proposal {pushed_status}"
+    if empty:  # erased to nothing: never stored as an empty mask; on a proposal that is a removal
+        assert mask is not None
+        mask = Edit("mask", None, f"{mask.source}, erased to nothing", mask.actor)
     if mask is not None and mask.value is not None:  # repainted
         if verdict is not None and said == REJECTED_STATUS:
             return out, [Problem(sample_id, "mask", f"{verdict.source} and a repainted mask ({mask.source}) on the "
@@ -450,7 +452,7 @@ def decide_mask_review(sample_id: str, edits: Mapping[str, Edit], pushed_status:
         out["mask"] = Edit("mask", mask.value, f"{mask.source} (repainted {what})", mask.actor,
                            mask_status="human", covers=("mask_status",), proposal="repainted")
         return out, []
-    if mask is not None:  # removed (FiftyOne): the proposal is dropped, unless mask:ok says keep it
+    if mask is not None:  # removed: the proposal is dropped, unless the verdict says keep it
         if verdict is not None and said != REJECTED_STATUS:
             return out, [Problem(sample_id, "mask", f"{verdict.source} but the mask was removed ({mask.source}) on the "
                                                     f"{what}; keep one; not applied")]
@@ -458,10 +460,14 @@ def decide_mask_review(sample_id: str, edits: Mapping[str, Edit], pushed_status:
                            mask_status=REJECTED_STATUS, covers=("mask_status",), proposal="rejected")
         return out, []
     assert verdict is not None
+    if said is None:  # the verdict cleared: mask_status null would read as a person's mask (sources.mask_source)
+        return out, [Problem(sample_id, "mask_status", f"{verdict.source}: the verdict on the {what} was cleared; a "
+                                                       "cleared status would make the unverified proposal count as a "
+                                                       "person's mask; give mask:ok or mask:bad; not applied")]
     if said == REJECTED_STATUS:  # mask:bad: the proposal is dropped, never kept as a mask
         out["mask"] = Edit("mask", None, f"{verdict.source} (rejected {what}: mask dropped)", verdict.actor,
                            mask_status=REJECTED_STATUS, covers=("mask_status",), proposal="rejected")
-    elif said is None or model_id_of(said) is not None:  # the verdict removed, or another model's status
+    elif model_id_of(said) is not None:  # another model's status: still an unverified proposal
         out["mask_status"] = verdict
     else:  # mask:ok (or another person's status): the proposal is verified as it is
         out["mask_status"] = Edit("mask_status", said, f"{verdict.source} (accepted {what})", verdict.actor,
@@ -474,12 +480,29 @@ def _values(units: Mapping[str, Any], names: tuple[str, ...]) -> Any:
     return units.get(names[0]) if len(names) == 1 else {name: units.get(name) for name in names}
 
 
-def validate_edit(ds: Dataset, edit: Edit) -> str | None:
-    """Why the folder would refuse this edit, or None (checked before anything is written)."""
+def validate_edit(ds: Dataset, edit: Edit, row: Mapping[str, Any] | None = None) -> str | None:
+    """Why the folder would refuse this edit, or None (checked before anything is written, so
+    that one bad mask never refuses the batch it would be committed with). ``row``: the sample's
+    row, to check a mask's size against its image."""
     if edit.unit == "mask":
+        if edit.mask_status is not None:
+            problem = S.check_value("mask_status", edit.mask_status, S.Vocabulary(None, None))
+            if problem:
+                return problem
         if edit.value is None:
             return None
-        return None if isinstance(edit.value, np.ndarray) and edit.value.ndim == 2 else "the mask is not an H x W array"
+        if not isinstance(edit.value, np.ndarray) or edit.value.ndim != 2:
+            return "the mask is not an H x W array"
+        try:
+            mask_array(edit.value)  # the values the folder takes (0..255, integers)
+        except ImageRejected as exc:
+            return exc.detail
+        if is_empty_mask(edit.value):
+            return "the mask is empty (no pixel set); an empty mask is never stored"
+        if row is not None and edit.value.shape != (row.get("height"), row.get("width")):
+            height, width = edit.value.shape
+            return f"the mask is {width}x{height} but the stored image is {row.get('width')}x{row.get('height')}"
+        return None
     vocab = S.Vocabulary(ds.label_space, ds.backgrounds)
     for column, value in unit_fields(edit.unit, edit.value).items():
         problem = S.check_value(column, value, vocab)
@@ -510,7 +533,7 @@ def apply_pull(
         raise ValueError(f"on_conflict must be report, view or folder, not {on_conflict!r}")
     report = PullReport(backend=backend, target=target)
     plans: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)  # actor -> sample -> fields
-    masks: list[tuple[str, Edit, str]] = []
+    masks: dict[tuple[str, str], dict[str, Edit]] = defaultdict(dict)  # (actor, reason) -> sample -> mask edit
     settled: list[tuple[str, str, Any]] = []  # (sample, unit, view value) to store in the snapshot
     reason = f"review pull from {backend} {target}"
     for obs in observations:
@@ -531,7 +554,7 @@ def apply_pull(
         edits, mask_problems = decide_mask_review(obs.sample_id, obs.edits, pushed.get("mask_status"))
         report.problems.extend(mask_problems)
         for unit, edit in edits.items():
-            why = validate_edit(ds, edit)
+            why = validate_edit(ds, edit, row)
             if why:
                 report.problems.append(Problem(obs.sample_id, unit, f"{edit.source}: {why}; not applied"))
                 continue
@@ -558,7 +581,7 @@ def apply_pull(
             if edit.proposal:
                 report.proposals.add(edit.proposal)
             if unit == "mask":
-                masks.append((obs.sample_id, edit, who))
+                masks[(who, reason)][obs.sample_id] = edit
             else:
                 plans[who].setdefault(obs.sample_id, {}).update(unit_fields(unit, edit.value))
             settled.extend((obs.sample_id, u, obs.view.get(u)) for u in units)
@@ -570,8 +593,14 @@ def apply_pull(
                 ds.update(list(per_sample), per_sample=per_sample, actor=who, reason=reason)
             except DatasetError as exc:  # validated above; a concurrent change of the vocabulary
                 raise ReviewError(f"the folder refused the pulled values: {exc}") from None
-    for sample_id, edit, who in masks:
-        ds.set_mask(sample_id, edit.value, mask_status=edit.mask_status, actor=who, reason=reason)
+    for (who, group_reason), per_sample in masks.items():  # one commit per actor, not one per mask
+        # a status given is set; a removed mask without one loses its status too (as set_mask does);
+        # a new mask without one keeps the row's
+        statuses = {sid: e.mask_status for sid, e in per_sample.items() if e.mask_status is not None or e.value is None}
+        try:
+            ds.set_masks({sid: e.value for sid, e in per_sample.items()}, mask_status=statuses, actor=who, reason=group_reason)
+        except DatasetError as exc:  # validated above (sizes, values); a concurrent change of the folder
+            raise ReviewError(f"the folder refused the pulled masks of {who}: {exc}") from None
     touched = {sid for sid, _, _ in settled}
     rows = {sid: ds.row(sid) for sid in touched if sid in ds}
     for sample_id, unit, view_value in settled:

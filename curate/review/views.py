@@ -36,9 +36,8 @@ from typing import Any
 
 import yaml
 
-from curate.masks.sources import mask_source
+from curate.masks.sources import mask_source, proposal_score
 from curate.review.annotation import VIEWS_FILE, annotation_file
-from curate.review.sync import proposal_of
 from curate.store.schema import COLUMN_NAMES
 
 log = logging.getLogger(__name__)
@@ -59,9 +58,8 @@ def column_value(row: Mapping[str, Any], column: str) -> Any:
     """A row's value of a column of samples.parquet or of a derived column."""
     if column == "mask_source":
         return mask_source(row)
-    if column == "mask_score":
-        proposal = proposal_of(row)
-        return proposal.score if proposal is not None else None
+    if column == "mask_score":  # only while the mask is a proposal (the score stays in extra after a review)
+        return proposal_score(row) if mask_source(row) == "model" else None
     return row.get(column)
 
 
