@@ -127,6 +127,19 @@ def test_card_parses_and_carries_licence_and_provenance(world: Dataset, tmp_path
     assert all(c["file"].startswith("data/") and c["license"] == "cc-by" for c in credits)
 
 
+def test_card_says_where_the_published_masks_came_from(world: Dataset, tmp_path: Path) -> None:
+    """Masks travel with the images; the card counts them by source and warns when some are
+    unverified model proposals (curate propose-masks), which mask-based numbers should not use."""
+    published = [sid for sid in expected_rows(world) if world.row(sid)["mask_path"] is not None]
+    text = DatasetCard.load(write_hub_folder(world.root, tmp_path / "a").card_path).text
+    assert f"Object masks of the published images by source: {len(published)} drawn or verified by people" in text
+    assert "unverified model proposals" not in text
+    world.set_masks({}, mask_status={published[0]: "model:tiny@abc"}, actor="test")
+    text = DatasetCard.load(write_hub_folder(world.root, tmp_path / "b").card_path).text
+    assert f"{len(published) - 1} drawn or verified by people, 1 **unverified model proposals**" in text
+    assert "should use only the people-made and exact ones" in text
+
+
 def test_shards_are_bounded_and_named_like_the_hub(world: Dataset, tmp_path: Path) -> None:
     folder = write_hub_folder(world.root, tmp_path / "hub", max_shard_bytes=2000)
     shards = sorted(p for p in folder.files if p.startswith("data/"))

@@ -27,6 +27,7 @@ import yaml
 
 from curate import __version__
 from curate.licenses import EXCLUSION_REASONS, CardLicence
+from curate.masks.sources import mask_source
 
 if TYPE_CHECKING:  # pragma: no cover
     from datasets import Features
@@ -276,9 +277,21 @@ def _built(ds: Dataset, selection: Selection) -> str:
               + (" Rejected by reason: " + ", ".join(f"{r} {n}" for r, n in reasons.most_common()) + "." if reasons else ""),
               "Background labels of the published images by source: "
               + ", ".join(f"{s} {n}" for s, n in bkg_sources.most_common()) + "."]
+    mask_sources = Counter(mask_source(r) for r in selection.rows)
+    if any(mask_sources[k] for k in ("human", "exact", "model", "rejected")):
+        names = {"human": "drawn or verified by people", "exact": "exact (synthetic / COCO / composites)",
+                 "model": "**unverified model proposals** (`mask_status = model:<id>`, curate propose-masks)",
+                 "rejected": "marked bad by reviewers", None: "no mask"}
+        lines += ["", "Object masks of the published images by source: "
+                  + ", ".join(f"{mask_sources[k]} {names[k]}" for k in ("human", "exact", "model", "rejected", None)
+                              if mask_sources[k]) + "."
+                  + (" Mask-based numbers (SSS, RMA) should use only the people-made and exact ones; each row's "
+                     "`mask_status` says which." if mask_sources["model"] else "")]
     if "label_backgrounds" in provenance:
         lines += ["", _details("background pre-labels (<code>label_backgrounds</code>)",
                                _yaml_block(provenance["label_backgrounds"]))]
+    if "propose_masks" in provenance:
+        lines += ["", _details("mask proposals (<code>propose_masks</code>)", _yaml_block(provenance["propose_masks"]))]
     other_reasons = {k: v for k, v in selection.excluded.items() if k not in EXCLUSION_REASONS}
     if other_reasons:
         lines += ["", "Not published for other reasons: "
