@@ -18,7 +18,8 @@ MODEL_HELP = ("clipseg:PATH | sam3:PATH | sam:PATH+owlv2:PATH | sam:PATH+groundi
 @click.argument("directory", type=click.Path(path_type=Path, exists=True, file_okay=False))
 @click.option("--model", default=None, help=f"The mask model: {MODEL_HELP}.")
 @click.option("--prompt", default=None,
-              help="Text template with {} for the class name (default: '{}' for sam3, 'a photo of a {}.' otherwise).")
+              help="Text template with {} for the class name (default: '{}' for sam3 and sam+grounding-dino, "
+                   "'a photo of a {}.' otherwise).")
 @click.option("--threshold", type=float, default=0.5, show_default=True,
               help="Per-pixel probability (clipseg, cam) or instance/box score (sam3, sam+detector) a mask needs.")
 @click.option("--only-missing", is_flag=True, help="Only samples with no mask at all (default: every sample in scope; "
