@@ -22,7 +22,7 @@ import numpy as np
 logger = logging.getLogger(__name__)
 
 __all__ = ["BatchJob", "BatchOutput", "DecodeImages", "EncodeJob", "Engine", "ModelFactory", "batches_of", "encode_batch",
-           "is_out_of_memory", "remote_factory"]
+           "halving", "is_out_of_memory", "remote_factory", "worker_model"]
 
 
 @dataclass
@@ -172,6 +172,46 @@ def is_out_of_memory(error: BaseException) -> bool:
     if isinstance(error, (torch.OutOfMemoryError, MemoryError)):
         return True
     return isinstance(error, RuntimeError) and "out of memory" in str(error).lower()
+
+
+def halving(items: Sequence[Any], size: int, run: Callable[[Sequence[Any]], None], *, what: str = "batch") -> int:
+    """Call ``run`` on consecutive chunks of ``items`` of at most ``size``; on out of memory
+    (:func:`is_out_of_memory`) halve the chunk size and retry that chunk (a chunk of one that
+    still does not fit re-raises). Returns the chunk size that worked last (callers keep it for
+    the next call). Used by in-process models that batch within a call (LVLMs, mask backends).
+    """
+    import torch
+
+    start = 0
+    size = max(1, int(size))
+    while start < len(items):
+        chunk = items[start:start + size]
+        try:
+            run(chunk)
+        except Exception as error:  # noqa: BLE001 - only OOM is handled, the rest re-raised
+            if not is_out_of_memory(error) or size == 1:
+                raise
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            size = max(1, size // 2)
+            logger.warning("out of memory with a %s of %d; halving to %d and going on", what, len(chunk), size)
+            continue
+        start += len(chunk)
+    return size
+
+
+def worker_model(driver_model: Any | None, device: str, load: Callable[[str], Any], expected_model_id: str,
+                 what: str) -> Any:
+    """The model a :class:`BatchJob` worker runs: the driver's own on the local engine (``device``
+    ``auto``), else ``load(device)`` once in the worker (a Ray actor), refused when it names other
+    weights than the driver's (``what``: where it was loaded from, for the message)."""
+    if device == "auto" and driver_model is not None:
+        return driver_model
+    model = load(device)
+    if model.model_id != expected_model_id:
+        raise RuntimeError(f"a worker loaded {model.model_id} from {what}, but the driver has {expected_model_id}: "
+                           "the model folder differs on that node")
+    return model
 
 
 def _run_halving(run: Callable[[Any], Any], batch: Any) -> np.ndarray:

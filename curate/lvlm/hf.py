@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from curate.engine.base import halving  # re-exported: the chunked halving every model batch uses
 from curate.lvlm.defaults import DEFAULT_ANSWER_TEMPLATE, DEFAULT_QUESTION  # re-exported (papers/003 App. C.4)
 from curate.models.base import LoadedModel, ModelError, check_precision, resolve_device
 from curate.models.hf_folders import precision_dtype, quiet_transformers, resolve_hf_source, weights_fingerprint
@@ -55,32 +56,6 @@ def is_oom(error: BaseException) -> bool:
     if isinstance(error, torch.OutOfMemoryError):
         return True
     return isinstance(error, RuntimeError) and "out of memory" in str(error).lower()
-
-
-def halving(items: Sequence[Any], size: int, run: Callable[[Sequence[Any]], None], *, what: str = "batch") -> int:
-    """Call ``run`` on consecutive chunks of ``items`` of at most ``size``; on out of memory halve
-    the chunk size and retry that chunk (a chunk of one that still does not fit re-raises).
-
-    Returns the chunk size that worked last (callers keep it for the next call).
-    """
-    import torch
-
-    start = 0
-    size = max(1, int(size))
-    while start < len(items):
-        chunk = items[start:start + size]
-        try:
-            run(chunk)
-        except Exception as error:  # noqa: BLE001 - only OOM is handled, the rest re-raised
-            if not is_oom(error) or size == 1:
-                raise
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
-            size = max(1, size // 2)
-            log.warning("out of memory with a %s of %d; halving to %d and going on", what, len(chunk), size)
-            continue
-        start += len(chunk)
-    return size
 
 
 # The folder helpers live in curate.models.hf_folders (shared with the mask proposers); these two

@@ -131,16 +131,15 @@ class _ScoreAnswers:
         self.batch_size, self.expected_model_id, self.question = batch_size, expected_model_id, question
 
     def __call__(self, device: str) -> Any:
-        if device == "auto" and self.model is not None:
-            model = self.model
-        else:
-            from curate.lvlm.hf import load_hf_lvlm
+        from curate.engine.base import worker_model
 
-            model = load_hf_lvlm(self.source, device=device, precision=self.precision, batch_size=self.batch_size)
-            if model.model_id != self.expected_model_id:
-                raise RuntimeError(f"a worker loaded {model.model_id} from {self.source}, but the driver has "
-                                   f"{self.expected_model_id}: the model folder differs on that node")
-        return _AnswerLosses(model, self.question)
+        return _AnswerLosses(worker_model(self.model, device, self._load, self.expected_model_id, str(self.source)),
+                             self.question)
+
+    def _load(self, device: str) -> Any:
+        from curate.lvlm.hf import load_hf_lvlm
+
+        return load_hf_lvlm(self.source, device=device, precision=self.precision, batch_size=self.batch_size)
 
 
 class _AnswerLosses:

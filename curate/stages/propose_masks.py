@@ -110,17 +110,15 @@ class _ProposeWorker:
         self.batch_size, self.expected_model_id, self.threshold = batch_size, expected_model_id, threshold
 
     def __call__(self, device: str) -> Any:
-        if device == "auto" and self.proposer is not None:
-            proposer = self.proposer
-        else:
-            from curate.masks.backends.base import load_mask_model
+        from curate.engine.base import worker_model
 
-            proposer = load_mask_model(self.spec, device=device, precision=self.precision,
-                                       batch_size=self.batch_size)
-            if proposer.model_id != self.expected_model_id:
-                raise RuntimeError(f"a worker loaded {proposer.model_id} for {self.spec}, but the driver has "
-                                   f"{self.expected_model_id}: the model folder differs on that node")
-        return _ProposeBatch(proposer, self.threshold)
+        return _ProposeBatch(worker_model(self.proposer, device, self._load, self.expected_model_id, self.spec),
+                             self.threshold)
+
+    def _load(self, device: str) -> Any:
+        from curate.masks.backends.base import load_mask_model
+
+        return load_mask_model(self.spec, device=device, precision=self.precision, batch_size=self.batch_size)
 
 
 class _ProposeBatch:

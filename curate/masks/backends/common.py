@@ -19,6 +19,7 @@ its config and weights files), and a backend's ``model_id`` joins its folders' i
 """
 from __future__ import annotations
 
+import abc
 import contextlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -206,7 +207,7 @@ def union_proposal(masks: np.ndarray, scores: Sequence[float], threshold: float,
     return Proposal(union, score)
 
 
-class HFProposer:
+class HFProposer(abc.ABC):
     """The shared part of the ``transformers`` proposers: request checks, batching (the whole list
     in chunks of ``batch_size``; out of memory halves the chunk and goes on), no-grad inference
     under the precision's autocast. Subclasses implement :meth:`_propose_batch`.
@@ -238,7 +239,7 @@ class HFProposer:
 
     def propose(self, images: Sequence[Image.Image], prompts: Sequence[str], threshold: float) -> list[Proposal]:
         """One :class:`Proposal` per image, in order (the backend's docstring defines mask and score)."""
-        from curate.lvlm.hf import halving
+        from curate.engine.base import halving
 
         if len(images) != len(prompts):
             raise ValueError(f"{len(images)} images but {len(prompts)} prompts")
@@ -266,8 +267,9 @@ class HFProposer:
             raise RuntimeError(f"{self.model_id}: {len(rgb) - len(done)} images got no proposal")
         return done
 
+    @abc.abstractmethod
     def _propose_batch(self, images: list[Image.Image], prompts: list[str], threshold: float) -> list[Proposal]:
-        raise NotImplementedError
+        """The proposals of one chunk of images (under no-grad and the precision's autocast)."""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(model_id={self.model_id!r}, device={str(self.device)!r}, precision={self.precision!r})"
