@@ -10,7 +10,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["MISSING", "num", "pct", "ci", "pct_ci", "is_finite"]
+__all__ = ["MISSING", "num", "pct", "ci", "pct_ci", "is_finite", "md_table"]
 
 #: What a missing or undefined number prints as.
 MISSING = "—"
@@ -46,3 +46,14 @@ def ci(interval: Sequence[Any] | None, digits: int = 3, scale: float = 1.0) -> s
 def pct_ci(interval: Sequence[Any] | None, digits: int = 1) -> str:
     """:func:`ci` of fractions, printed as percentages."""
     return ci(interval, digits, scale=100.0)
+
+
+def _cell(value: Any) -> str:
+    return "" if value is None else str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def md_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A GitHub-flavoured Markdown table (``|`` in a cell escaped, newlines flattened)."""
+    lines = ["| " + " | ".join(_cell(h) for h in header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)

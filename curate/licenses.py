@@ -293,3 +293,30 @@ def card_licence(rows: Iterable[Mapping[str, Any]], *, attribution_file: str = "
     else:
         name = "mixed-per-image" + ("-non-commercial" if non_commercial else "")
     return CardLicence("other", name, attribution_file, top, non_commercial, share_alike, dict(counts), note)
+
+
+def derivative_licence(codes: Iterable[str]) -> str | None:
+    """The licence of one image made from several (a pasted object on another photo's background),
+    or None when no single licence may carry them all (curate then does not combine them).
+
+    - one code (or one repeated): that code;
+    - only public-domain codes (CC0, PD, US government): ``pd`` (no conditions either way);
+    - otherwise the code whose terms cover every other's (:func:`most_restrictive`: CC BY + BY-NC
+      -> BY-NC), except that a share-alike parent obliges the result to be its own licence
+      (BY-SA + BY-NC-SA is refused: BY-SA material may only be adapted under BY-SA);
+    - no covering code (BY-SA + BY-NC), or a code without known terms: None.
+    """
+    present = sorted({str(c) for c in codes})
+    if not present:
+        return None
+    if len(present) == 1:
+        return present[0]
+    if set(present) <= PUBLIC_DOMAIN:
+        return "pd"
+    try:
+        top = most_restrictive(present)
+    except ValueError:  # a code whose terms curate does not know
+        return None
+    if top is None or any(c in SHARE_ALIKE and c != top for c in present):
+        return None
+    return top

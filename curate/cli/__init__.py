@@ -33,7 +33,8 @@ logger = logging.getLogger("curate")
 COMMANDS: dict[str, tuple[str, ...]] = {
     "audit": ("audit",), "check": ("dataset",), "collect": ("collect", "collect_sources", "webdataset"),
     "compare": ("evaluate",), "create": ("dataset",), "demo": ("demo",), "evaluate": ("evaluate",),
-    "explain": ("explain",), "export": ("split",), "fidelity": ("fidelity",), "info": ("dataset",),
+    "attribution": ("interventions",), "explain": ("explain",), "export": ("split",), "fidelity": ("fidelity",),
+    "info": ("dataset",), "intervene": ("interventions",),
     "label-backgrounds": ("split",), "models": ("models",), "propose-masks": ("masks",), "publish": ("publish",), "report": ("publish",),
     "review": ("review",), "split": ("split",), "train-reference": ("models",), "vlm-explain": ("vlm",),
     "vlm-quality": ("vlm",),

@@ -19,6 +19,8 @@ Design choices that make the shortcut learnable but not trivial:
 
 The mask is exact by construction: the image is composed as ``bg * (1 - m) + obj * m`` from
 the binary mask ``m`` at the output resolution, so the object's pixels are exactly the mask's.
+The same composition makes interventions exact: :func:`render_counterfactual` re-renders a
+sample with another background or object size, everything else held fixed.
 
 Classes are named after real ImageNet-1K animals (the label space is real), backgrounds after
 the paper's vocabulary (§2.1). Everything is deterministic for a seed: sample ``i`` of a world
@@ -119,13 +121,18 @@ OBJECT_PALETTE = np.array(
 )
 
 
-def _draw_mask(shape: str, size: int, rng: np.random.Generator) -> np.ndarray:
-    """Binary (size x size) mask of one randomly placed, rotated and scaled silhouette."""
+def _draw_mask(shape: str, size: int, rng: np.random.Generator, *, scale: float = 1.0) -> np.ndarray:
+    """Binary (size x size) mask of one randomly placed, rotated and scaled silhouette.
+
+    ``scale`` multiplies the drawn radius after every draw, so the stream advances the same for
+    any ``scale`` and ``scale=1.0`` is exactly the unscaled silhouette.
+    """
     pts = SHAPES[shape]()
     angle = rng.uniform(-0.35, 0.35)  # bounded rotation: silhouettes stay recognisable at 48 px
     rot = np.array([[math.cos(angle), -math.sin(angle)], [math.sin(angle), math.cos(angle)]])
     radius = rng.uniform(0.28, 0.38) * size
     centre = size / 2 + rng.uniform(-0.12, 0.12, size=2) * size
+    radius = radius * scale
     xy = pts @ rot.T * radius + centre
     canvas = Image.new("L", (size, size), 0)
     draw = ImageDraw.Draw(canvas)
@@ -217,6 +224,11 @@ def _bg(size: int, rng: np.random.Generator, kind: str) -> np.ndarray:
 # The world
 # ---------------------------------------------------------------------------------------------
 
+#: Outline styles (:attr:`WorldSpec.outline`).
+OUTLINES: tuple[str, ...] = ("contrast", "double")
+#: The allowed object radius factors (:attr:`WorldSpec.uncommon_scale`, :func:`render_counterfactual`).
+UNCOMMON_SCALE_RANGE = (0.2, 1.5)
+
 
 @dataclass(frozen=True)
 class WorldSpec:
@@ -235,6 +247,17 @@ class WorldSpec:
             second_object_rate, small_object_rate: planted curation problems (at most one per
             sample; all 0 by default, which draws exactly the world without them). See
             :mod:`curate.collect.planted`.
+        uncommon_scale: factor applied to the object's radius in samples whose background is
+            *not* the class's common one (0.2 to 1.5; 1.0, the default, draws exactly the world
+            without it). Below 1 it plants a confound: photos off the common background also
+            show smaller objects, so hard photos differ by scale and not only by background.
+            Such samples record ``object_scale`` in their ``extra`` (a truth the audit never reads).
+        outline: ``contrast`` (the default): the 1-px outline is black on bright backgrounds and
+            white on dark ones, so the object's own pixels depend on the background it was drawn
+            on (as a real photo's light and colour cast do); ``double``: a black outer ring and a
+            white inner ring on every background, so the object's pixels are the same whatever
+            the background and a pasted object is exactly the object the generator would draw
+            there (the intervention worlds, :mod:`curate.interventions.worlds`).
     """
 
     classes: tuple[SyntheticClass, ...] = DEFAULT_CLASSES[:6]
@@ -249,11 +272,19 @@ class WorldSpec:
     feature_noise_rate: float = 0.0
     second_object_rate: float = 0.0
     small_object_rate: float = 0.0
+    uncommon_scale: float = 1.0
+    outline: str = "contrast"
 
     def __post_init__(self) -> None:
         from curate.collect.planted import check_rates
 
         check_rates(self)
+        if self.outline not in OUTLINES:
+            raise ValueError(f"outline must be one of {', '.join(OUTLINES)}, got {self.outline!r}")
+        if not UNCOMMON_SCALE_RANGE[0] <= self.uncommon_scale <= UNCOMMON_SCALE_RANGE[1]:
+            raise ValueError(
+                f"uncommon_scale must be in [{UNCOMMON_SCALE_RANGE[0]}, {UNCOMMON_SCALE_RANGE[1]}], got {self.uncommon_scale}"
+            )
         if not self.backgrounds:
             object.__setattr__(self, "backgrounds", tuple(dict.fromkeys(c.common_background for c in self.classes)))
         if not 0.0 <= self.p <= 1.0:
@@ -284,6 +315,9 @@ class WorldSpec:
             "image_size": self.image_size,
             "seed": self.seed,
             **self._planted_dict(),
+            # recorded only when set, so a world without it keeps its old record
+            **({"uncommon_scale": self.uncommon_scale} if self.uncommon_scale != 1.0 else {}),
+            **({"outline": self.outline} if self.outline != "contrast" else {}),
         }
 
     def _planted_dict(self) -> dict:
@@ -333,33 +367,118 @@ def generate_sample(spec: WorldSpec, index: int, *, keep_layers: bool = False) -
         source = generate_sample(spec, source_index)
         image, mask, truth = planted.duplicate_of(problem, spec, index, source.image, source.mask)
         truth["duplicate_of"] = f"{spec.seed}:{source_index}"
+        if "object_scale" in source.extra:  # the copy shows the source's object
+            truth["object_scale"] = source.extra["object_scale"]
         return SyntheticSample(index, image, mask, source.cls, source.background, source.aligned, truth)
     rng = np.random.default_rng([spec.seed, index])
     cls = spec.classes[index // spec.per_class]
     drawn = cls
     if problem == "wrong_label":
         drawn = planted.other_class(spec, index, planted._rng(spec, index), cls)
-    if rng.random() < spec.p:
-        background = cls.common_background
-    else:
-        others = [b for b in spec.backgrounds if b != cls.common_background]
-        background = others[rng.integers(len(others))]
-    size = spec.image_size
-    mask = _draw_mask(drawn.shape, size, rng)
-    bg = _bg(size, rng, background)
-    obj = _object_texture(size, rng)
-    edge = mask.astype(bool) & ~_eroded(mask.astype(bool))
-    luminance = float((bg @ np.array([0.299, 0.587, 0.114], np.float32)).mean())
-    obj[edge] = 20.0 if luminance > 110 else 235.0
-    m = mask[..., None].astype(np.float32)
-    image = np.clip(bg * (1 - m) + obj * m, 0, 255).astype(np.uint8)
+    background = _choose_background(spec, cls, rng)
+    scale = _world_scale(spec, cls, background)
+    image, mask, bg, obj = _render(spec, rng, drawn.shape, background, scale)
     extra = {"background_layer": np.clip(bg, 0, 255).astype(np.uint8), "object_layer": np.clip(obj, 0, 255).astype(np.uint8)} if keep_layers else {}
+    if scale != 1.0:
+        extra["object_scale"] = scale
     if problem == "wrong_label":
         extra.update({"planted": "wrong_label", "true_class": drawn.imagenet_index})
     elif problem is not None:
         image, mask, truth = planted.apply_problem(problem, spec, index, cls, bg, obj, mask, image)
         extra.update(truth)
     return SyntheticSample(index, image, mask, cls, background, background == cls.common_background, extra)
+
+
+def _choose_background(spec: WorldSpec, cls: SyntheticClass, rng: np.random.Generator) -> str:
+    """The sample's background: the class's common one with probability ``p``, else another uniformly."""
+    if rng.random() < spec.p:
+        return cls.common_background
+    others = [b for b in spec.backgrounds if b != cls.common_background]
+    return others[rng.integers(len(others))]
+
+
+def _world_scale(spec: WorldSpec, cls: SyntheticClass, background: str) -> float:
+    """The object radius factor the world gives a sample of ``cls`` on ``background``."""
+    return spec.uncommon_scale if background != cls.common_background else 1.0
+
+
+def _render(spec: WorldSpec, rng: np.random.Generator, shape: str, background: str, scale: float,
+            shown: tuple[str, np.random.Generator] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(image, mask, bg, obj)`` of one sample, drawing from ``rng`` in the world's order: the
+    mask (radius times ``scale``), the ``background`` texture, the object fill.
+
+    ``shown = (kind, bg_rng)`` replaces the background layer by a texture of ``kind`` drawn from
+    ``bg_rng`` (the ``background`` texture is still drawn from ``rng``, so the object fill is
+    the sample's own); the outline contrasts with the background actually shown.
+    """
+    size = spec.image_size
+    mask = _draw_mask(shape, size, rng, scale=scale)
+    bg = _bg(size, rng, background)
+    obj = _object_texture(size, rng)
+    if shown is not None:
+        bg = _bg(size, shown[1], shown[0])
+    inner = _eroded(mask.astype(bool))
+    edge = mask.astype(bool) & ~inner
+    if spec.outline == "double":  # the same on every background: black outside, white just inside
+        obj[edge] = 20.0
+        obj[inner & ~_eroded(inner)] = 235.0
+    else:
+        luminance = float((bg @ np.array([0.299, 0.587, 0.114], np.float32)).mean())
+        obj[edge] = 20.0 if luminance > 110 else 235.0
+    m = mask[..., None].astype(np.float32)
+    image = np.clip(bg * (1 - m) + obj * m, 0, 255).astype(np.uint8)
+    return image, mask, bg, obj
+
+
+#: The stream of a counterfactual's replacement background: ``[seed, index, COUNTERFACTUAL_STREAM]``.
+COUNTERFACTUAL_STREAM = 1
+
+
+def render_counterfactual(spec: WorldSpec, index: int, *, background: str | None = None,
+                          scale: float | None = None) -> SyntheticSample:
+    """Sample ``index`` re-rendered under an intervention: the same object (class, silhouette,
+    pose, position, fill texture) with ``background`` instead of its own (a fresh texture of that
+    kind) and/or the object radius factor ``scale`` instead of the one the world gave it.
+
+    This is the ground truth of an intervention: what a model would have said had this photo's
+    background been ``background`` (or its object ``scale`` times the drawn size), everything
+    else held fixed. It is exact because the world composes ``image = bg * (1 - m) + obj * m``:
+    the sample's random stream is replayed draw for draw, only the intervened layer changes (the
+    replacement texture comes from its own stream ``[seed, index, 1]``, so the object fill is
+    untouched), and the 1-px outline is recoloured for the background shown, as the generator
+    would. With neither argument it is exactly :func:`generate_sample`; asking for the sample's
+    own background keeps its own texture (the factual is its own counterfactual).
+
+    The returned sample's ``background``/``aligned`` describe what is shown; ``extra`` is
+    ``{"counterfactual": {...}}`` with the intervened attributes only. Samples with a planted
+    problem are refused (their pixels are not composed from one object and one background).
+    """
+    from curate.collect import planted
+
+    total = spec.per_class * len(spec.classes)
+    if not 0 <= index < total:
+        raise ValueError(f"sample index {index} is outside the world (0..{total - 1})")
+    problem = planted.problem_of(spec, index)
+    if problem is not None:
+        raise ValueError(f"sample {index} has a planted problem ({problem}); counterfactuals are defined for clean samples only")
+    if background is not None and background not in BACKGROUNDS:
+        raise ValueError(f"unknown synthetic background {background!r}; known: {', '.join(BACKGROUNDS)}")
+    if scale is not None and not UNCOMMON_SCALE_RANGE[0] <= scale <= UNCOMMON_SCALE_RANGE[1]:
+        raise ValueError(f"scale must be in [{UNCOMMON_SCALE_RANGE[0]}, {UNCOMMON_SCALE_RANGE[1]}], got {scale}")
+    if background is None and scale is None:
+        return generate_sample(spec, index)
+    rng = np.random.default_rng([spec.seed, index])
+    cls = spec.classes[index // spec.per_class]
+    own = _choose_background(spec, cls, rng)
+    factor = _world_scale(spec, cls, own) if scale is None else float(scale)
+    shown = None
+    if background is not None and background != own:
+        shown = (background, np.random.default_rng([spec.seed, index, COUNTERFACTUAL_STREAM]))
+    image, mask, _, _ = _render(spec, rng, cls.shape, own, factor, shown)
+    shown_background = own if background is None else background
+    intervened = {k: v for k, v in (("background", background), ("scale", scale)) if v is not None}
+    return SyntheticSample(index, image, mask, cls, shown_background, shown_background == cls.common_background,
+                           {"counterfactual": intervened})
 
 
 def _eroded(mask: np.ndarray) -> np.ndarray:
@@ -392,6 +511,9 @@ def png_bytes(array: np.ndarray) -> bytes:
 SYNTHETIC_LICENSE = "CC0-1.0"
 #: ``extra`` keys with the planted-problem truth (curate.collect.planted); the audit never reads them.
 PLANTED_KEYS = ("planted", "planted_detail", "true_class", "duplicate_of")
+#: Other ``extra`` keys with ground truth of the world (not planted problems): the object radius
+#: factor of samples off the common background (:attr:`WorldSpec.uncommon_scale`).
+TRUTH_KEYS = ("object_scale",)
 
 
 def collect_synthetic(root, spec: WorldSpec, *, name: str | None = None, progress: Callable[[int, int], None] | None = None):
@@ -400,7 +522,8 @@ def collect_synthetic(root, spec: WorldSpec, *, name: str | None = None, progres
     Each sample keeps its exact mask (``masks/``), ``background`` with
     ``background_source="synthetic"``, ``status="accepted"``, licence CC0, ``source="synthetic"``
     and ``source_id="<seed>:<index>"``; ``extra`` records the shape and whether the background is
-    the class's common one. The spec goes to ``dataset.yaml`` (``provenance.synthetic``), so the
+    the class's common one (plus the truths of :data:`PLANTED_KEYS` and :data:`TRUTH_KEYS` where
+    the world has them). The spec goes to ``dataset.yaml`` (``provenance.synthetic``), so the
     world can be regenerated and its ground truth read back (:func:`world_spec_of`).
     Re-running on the same folder adds nothing twice (content-addressed deduplication).
     """
@@ -436,7 +559,7 @@ def collect_synthetic(root, spec: WorldSpec, *, name: str | None = None, progres
                 mask=sample.mask,
                 mask_status="synthetic",
                 extra={"shape": sample.cls.shape, "aligned": bool(sample.aligned), "world_seed": spec.seed,
-                       **{k: v for k, v in sample.extra.items() if k in PLANTED_KEYS}},
+                       **{k: v for k, v in sample.extra.items() if k in PLANTED_KEYS + TRUTH_KEYS}},
             )
 
     report = ds.add_samples(items(), actor="collect.synthetic")
@@ -459,6 +582,8 @@ def world_spec_of(ds) -> WorldSpec:
         classes=classes, backgrounds=tuple(info["backgrounds"]), p=float(info["p"]), per_class=int(info["per_class"]),
         image_size=int(info["image_size"]), seed=int(info["seed"]),
         **{k: float(v) for k, v in info.items() if k.endswith("_rate")},
+        **({"uncommon_scale": float(info["uncommon_scale"])} if "uncommon_scale" in info else {}),
+        **({"outline": str(info["outline"])} if "outline" in info else {}),
     )
 
 

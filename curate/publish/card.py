@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from curate import __version__
+from curate.formatting import md_table
 from curate.licenses import EXCLUSION_REASONS, CardLicence
 from curate.masks.sources import mask_source
 
@@ -69,17 +70,6 @@ def public_value(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [public_value(v) for v in value]
     return value
-
-
-def _cell(value: Any) -> str:
-    return "" if value is None else str(value).replace("|", "\\|").replace("\n", " ")
-
-
-def md_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """A GitHub-flavoured Markdown table."""
-    lines = ["| " + " | ".join(_cell(h) for h in header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 def _pct(x: Any) -> str:

@@ -253,7 +253,18 @@ def register_run_kind(cls: type[R]) -> type[R]:
 
 def _load_kinds() -> None:
     # the built-in kinds register on import; they are light (json, pyarrow)
-    from curate.runs import audit, evaluation, explain, fidelity, masks, split, vlm_explain, vlm_quality  # noqa: F401
+    from curate.runs import (  # noqa: F401
+        attribution,
+        audit,
+        evaluation,
+        explain,
+        fidelity,
+        interventions,
+        masks,
+        split,
+        vlm_explain,
+        vlm_quality,
+    )
 
 
 def run_kinds() -> dict[str, type[RunRecord]]:

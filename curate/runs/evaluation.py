@@ -204,6 +204,15 @@ class EvaluationRun(RunRecord):
         return self.label_space_name == "imagenet1k" and self.templates == [PAPER_PROMPT]
 
     @property
+    def chance(self) -> float:
+        """Top-1 accuracy of a uniform guess among the candidate labels (1/1000 for 1 vs 1000);
+        NaN when the number of candidates is not recorded or differs by class."""
+        size = self.metrics.get("candidates_per_sample")
+        if size is None:
+            size = {"imagenet1k": 1000, "top20": 20}.get(self.label_space_name)
+        return 1.0 / float(size) if size else float("nan")
+
+    @property
     def overall(self) -> dict[str, float]:
         return {k: _f(v) for k, v in (self.metrics.get("overall") or {}).items()}
 

@@ -302,6 +302,7 @@ def evaluate(
                            "samples": [{"sample_id": s, "reason": r} for s, r in sorted(failed.items())]}
     metrics["model_id"] = loaded.model_id
     metrics["label_space"] = candidates.name
+    metrics["candidates_per_sample"] = candidates.size  # chance top-1 = 1 / this (None: varies by class)
     metrics["prompts"] = prompts_config["name"]
     predictions = pa.table({
         "sample_id": pa.array(kept, pa.string()),

@@ -1,0 +1,222 @@
+"""The drop decomposed: formulas and paired bootstrap intervals (docs/design.md#interventions).
+
+Inputs are per *photo* (a source photo of ``curate intervene``, its class c and group g, easy or
+hard) and per variant: v(p) is the top-1 correctness of photo p's image of that variant, averaged
+over its images when it has several (swap with ``--swaps`` > 1). ``adversarial`` is 1 when the
+object is right on every background of the set, else 0. Within a class c:
+
+- ``easy`` = mean over c's easy photos of original(p); ``hard`` likewise (papers/003 App. C.3);
+- ``drop`` D = easy - hard, the observed drop on the masked photos;
+- ``hard_on_easy`` = mean over c's hard photos of swap(p): hard objects on easy backgrounds;
+- ``background_part`` B = hard_on_easy - hard: what the background costs the hard objects;
+- ``rest`` = D - B = easy - hard_on_easy: what stays when hard objects get easy backgrounds
+  (object scale, pose, occlusion, light... and paste artefacts, see ``paste_cost``);
+- ``easy_on_hard`` (easy objects on hard backgrounds) and ``background_part_reverse`` =
+  easy - easy_on_hard: the same question asked the other way (a check on B, not part of D);
+- ``paste_cost`` = mean over c's photos of original(p) - paste(p): what cutting the object out
+  and pasting it back on its own filled background costs;
+- ``only_fg``, ``no_fg``, ``only_bg``, ``mixed_same``, ``mixed_rand``, ``mixed_next``: mean over
+  c's photos (both groups pooled); ``bg_gap`` = mixed_same - mixed_rand (Xiao et al. 2020, §3);
+- ``noisy_fg`` / ``noisy_bg``: accuracy with Gaussian noise on the object / on the rest, and
+  ``rfs`` = (noisy_bg - noisy_fg) / (2 min(a, 1 - a)), a = (noisy_bg + noisy_fg) / 2 (Moayeri et
+  al. 2022's relative foreground sensitivity; NaN when a is 0 or 1: no room to move);
+- ``adversarial``: share of c's objects that no background of the set flips to a wrong answer
+  (Xiao et al.'s adversarial backgrounds, over a bounded set: it can only fall as the set grows).
+
+Overall values are the mean over classes where the value is defined (the paper's balanced
+accuracy, App. C.3); ``drop``, ``background_part`` and ``rest`` overall use the same classes
+(those where all three are defined) so that overall D = B + rest exactly.
+
+Intervals: paired percentile bootstrap. One replicate resamples the photos of every (class,
+group) cell with replacement, keeping each photo's variants together, and recomputes every
+value, so D, B and the rest of one replicate come from the same photos (their intervals are
+those of paired differences, not of independent groups). Deterministic for a seed.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = ["COLUMNS", "STATISTICS", "DECOMPOSITION", "PhotoTable", "ClassAttribution", "photo_table", "attribute",
+           "rfs"]
+
+#: Per-photo value columns (variants), in order.
+COLUMNS: tuple[str, ...] = ("original", "swap", "paste", "only-fg", "no-fg", "only-bg", "mixed-same", "mixed-rand",
+                            "mixed-next", "noise-fg", "noise-bg", "adversarial")
+#: The statistics of a class and of the whole set, in the order tables show them.
+STATISTICS: tuple[str, ...] = ("easy", "hard", "drop", "hard_on_easy", "background_part", "rest", "easy_on_hard",
+                               "background_part_reverse", "paste_cost", "only_fg", "no_fg", "only_bg", "mixed_same",
+                               "mixed_rand", "mixed_next", "bg_gap", "noisy_fg", "noisy_bg", "rfs", "adversarial")
+#: Statistics whose overall value is taken over the classes where all three are defined.
+DECOMPOSITION: tuple[str, ...] = ("drop", "background_part", "rest")
+_COL = {name: i for i, name in enumerate(COLUMNS)}
+_POOLED = {"only_fg": "only-fg", "no_fg": "no-fg", "only_bg": "only-bg", "mixed_same": "mixed-same",
+           "mixed_rand": "mixed-rand", "mixed_next": "mixed-next", "noisy_fg": "noise-fg", "noisy_bg": "noise-bg",
+           "adversarial": "adversarial"}
+
+
+@dataclass
+class PhotoTable:
+    """Per photo: id, class, group and one value per :data:`COLUMNS` (NaN: no such image scored)."""
+
+    photo_ids: list[str]
+    classes: np.ndarray  # (n,) int
+    groups: np.ndarray  # (n,) object: "easy" | "hard"
+    values: np.ndarray  # (n, len(COLUMNS)) float
+
+    def cell(self, class_index: int, group: str) -> np.ndarray:
+        """The value rows of one (class, group) cell."""
+        return self.values[(self.classes == class_index) & (self.groups == group)]
+
+
+def photo_table(variant_rows: Sequence[Mapping[str, Any]], correct: Mapping[str, bool]) -> PhotoTable:
+    """Join an intervention's variants table with one evaluation's top-1 correctness.
+
+    Images the evaluation did not score (a decode failure, a variant made later) are left out;
+    a photo whose original was not scored is left out entirely (every difference is taken
+    against it)."""
+    per_photo: dict[str, dict[str, list[bool]]] = {}
+    meta: dict[str, tuple[int, str]] = {}
+    for row in variant_rows:
+        sid = row["sample_id"]
+        if sid not in correct or row["variant"] not in _COL:
+            continue
+        photo = str(row["source_sample_id"])
+        per_photo.setdefault(photo, {}).setdefault(str(row["variant"]), []).append(bool(correct[sid]))
+        meta[photo] = (int(row["class_index"]), str(row["group"]))
+    ids = sorted(p for p, variants in per_photo.items() if "original" in variants)
+    values = np.full((len(ids), len(COLUMNS)), np.nan)
+    for i, photo in enumerate(ids):
+        for variant, outcomes in per_photo[photo].items():
+            values[i, _COL[variant]] = float(all(outcomes)) if variant == "adversarial" else float(np.mean(outcomes))
+    return PhotoTable(ids, np.array([meta[p][0] for p in ids], dtype=np.int64),
+                      np.array([meta[p][1] for p in ids], dtype=object), values)
+
+
+def rfs(noisy_bg: float, noisy_fg: float) -> float:
+    """Relative foreground sensitivity (Moayeri et al. 2022): (a_bg - a_fg) / (2 min(a, 1 - a)),
+    a = (a_bg + a_fg) / 2; NaN when a is 0 or 1 or either input is NaN. In [-1, 1]: +1 means noise
+    on the object always hurts and noise on the background never does."""
+    if not (math.isfinite(noisy_bg) and math.isfinite(noisy_fg)):
+        return float("nan")
+    a = (noisy_bg + noisy_fg) / 2
+    room = 2 * min(a, 1 - a)
+    return float("nan") if room <= 0 else (noisy_bg - noisy_fg) / room
+
+
+def _mean(rows: np.ndarray, column: str) -> np.ndarray:
+    """Column means over the photo axis (axis -2) ignoring NaN; NaN where no photo has a value."""
+    col = rows[..., _COL[column]]
+    count = np.sum(np.isfinite(col), axis=-1)
+    total = np.nansum(col, axis=-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(count > 0, total / np.maximum(count, 1), np.nan)
+
+
+def _class_stats(easy: np.ndarray, hard: np.ndarray) -> dict[str, np.ndarray]:
+    """Every statistic of one class from its easy and hard value rows (shape (..., n, Q); the
+    leading axes are bootstrap replicates)."""
+    both = np.concatenate([easy, hard], axis=-2)
+    s: dict[str, np.ndarray] = {}
+    s["easy"], s["hard"] = _mean(easy, "original"), _mean(hard, "original")
+    s["drop"] = s["easy"] - s["hard"]
+    s["hard_on_easy"] = _mean(hard, "swap")
+    s["background_part"] = s["hard_on_easy"] - s["hard"]
+    s["rest"] = s["drop"] - s["background_part"]
+    s["easy_on_hard"] = _mean(easy, "swap")
+    s["background_part_reverse"] = s["easy"] - s["easy_on_hard"]
+    paired = both[..., _COL["original"]] - both[..., _COL["paste"]]
+    count = np.sum(np.isfinite(paired), axis=-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        s["paste_cost"] = np.where(count > 0, np.nansum(paired, axis=-1) / np.maximum(count, 1), np.nan)
+    for name, column in _POOLED.items():
+        s[name] = _mean(both, column)
+    s["bg_gap"] = s["mixed_same"] - s["mixed_rand"]
+    a = (s["noisy_bg"] + s["noisy_fg"]) / 2
+    room = 2 * np.minimum(a, 1 - a)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        s["rfs"] = np.where(room > 0, (s["noisy_bg"] - s["noisy_fg"]) / np.where(room > 0, room, 1), np.nan)
+    return s
+
+
+@dataclass
+class ClassAttribution:
+    """One class's values (fractions), their intervals, photo counts and why a value is NaN."""
+
+    class_index: int
+    n_easy: int
+    n_hard: int
+    values: dict[str, float]
+    intervals: dict[str, tuple[float, float]]
+    reason: str = ""
+
+
+def _reason(n_easy: int, n_hard: int, values: Mapping[str, float]) -> str:
+    if not n_easy:
+        return "no easy photo with a usable mask"
+    if not n_hard:
+        return "no hard photo with a usable mask"
+    if not math.isfinite(values["hard_on_easy"]):
+        return "no hard object could be pasted on an easy background (no swap donor or no swap variant)"
+    return ""
+
+
+def attribute(table: PhotoTable, *, n_boot: int = 1000, seed: int = 0, level: float = 0.95,
+              chunk: int = 100) -> tuple[list[ClassAttribution], dict[str, float], dict[str, tuple[float, float]], int]:
+    """Per-class and overall statistics with paired bootstrap intervals (module docstring).
+
+    Returns ``(classes, overall values, overall intervals, classes used for the decomposition)``.
+    """
+    classes = sorted({int(c) for c in table.classes})
+    cells = {(c, g): table.cell(c, g) for c in classes for g in ("easy", "hard")}
+    point = {c: {k: float(v) for k, v in _class_stats(cells[c, "easy"], cells[c, "hard"]).items()} for c in classes}
+    rng = np.random.default_rng(seed)
+    replicates: dict[int, dict[str, list[np.ndarray]]] = {c: {k: [] for k in STATISTICS} for c in classes}
+    done = 0
+    while done < n_boot:
+        size = min(chunk, n_boot - done)
+        for c in classes:
+            drawn = {}
+            for g in ("easy", "hard"):
+                rows = cells[c, g]
+                idx = rng.integers(0, len(rows), size=(size, len(rows))) if len(rows) else np.zeros((size, 0), int)
+                drawn[g] = rows[idx] if len(rows) else np.full((size, 0, len(COLUMNS)), np.nan)
+            for k, v in _class_stats(drawn["easy"], drawn["hard"]).items():
+                replicates[c][k].append(np.asarray(v, dtype=float))
+        done += size
+    per_class: list[ClassAttribution] = []
+    boot = {c: {k: np.concatenate(v) if v else np.full(0, np.nan) for k, v in replicates[c].items()} for c in classes}
+    for c in classes:
+        n_easy, n_hard = len(cells[c, "easy"]), len(cells[c, "hard"])
+        per_class.append(ClassAttribution(c, n_easy, n_hard, point[c],
+                                          {k: _interval(boot[c][k], level) for k in STATISTICS},
+                                          _reason(n_easy, n_hard, point[c])))
+    decomposed = [c for c in classes if all(math.isfinite(point[c][k]) for k in DECOMPOSITION)]
+    overall: dict[str, float] = {}
+    overall_ci: dict[str, tuple[float, float]] = {}
+    for k in STATISTICS:
+        use = decomposed if k in DECOMPOSITION else [c for c in classes if math.isfinite(point[c][k])]
+        if not use:
+            overall[k], overall_ci[k] = float("nan"), (float("nan"), float("nan"))
+            continue
+        overall[k] = float(np.mean([point[c][k] for c in use]))
+        stacked = np.stack([boot[c][k] for c in use])  # (classes, n_boot)
+        with np.errstate(invalid="ignore"):
+            overall_ci[k] = _interval(np.nanmean(np.where(np.isfinite(stacked), stacked, np.nan), axis=0)
+                                      if stacked.size else np.full(0, np.nan), level)
+    overall["rfs"] = float(np.mean([point[c]["rfs"] for c in classes if math.isfinite(point[c]["rfs"])])) \
+        if any(math.isfinite(point[c]["rfs"]) for c in classes) else float("nan")
+    return per_class, overall, overall_ci, len(decomposed)
+
+
+def _interval(values: np.ndarray, level: float) -> tuple[float, float]:
+    values = values[np.isfinite(values)]
+    if values.size == 0:
+        return float("nan"), float("nan")
+    tail = (1 - level) / 2 * 100
+    low, high = np.percentile(values, [tail, 100 - tail])
+    return float(low), float(high)

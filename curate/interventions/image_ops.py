@@ -1,0 +1,315 @@
+"""Pixel operations behind the background interventions: pure numpy and PIL, no model.
+
+Images are ``uint8`` arrays ``H x W x 3``; masks are bool arrays ``H x W`` that are True on the
+object's pixels (any other mask is coerced with ``np.asarray(mask) > 0``). Every function returns
+a new array and never modifies its inputs.
+
+The variants follow two anchors:
+
+- Xiao et al. 2020, "Noise or Signal: The Role of Image Backgrounds in Object Recognition"
+  (ImageNet-9): Only-FG (:func:`only_foreground`), No-FG (:func:`no_foreground`), Only-BG-T
+  (:func:`fill_hole`) and the Mixed-Same/Rand/Next swaps (:func:`paste` on a donor's
+  :func:`fit_background`);
+- Singla & Feizi 2022 (Salient ImageNet) and Moayeri et al. 2022 (Hard ImageNet): Gaussian noise
+  on the foreground or on the background (:func:`gaussian_noise`).
+"""
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+
+import numpy as np
+from PIL import Image, ImageFilter
+
+__all__ = [
+    "Filled",
+    "area_fraction",
+    "fill_hole",
+    "fit_background",
+    "fit_mask",
+    "gaussian_noise",
+    "hole_margin",
+    "mask_box",
+    "no_foreground",
+    "object_hole",
+    "only_foreground",
+    "paste",
+    "png_bytes",
+]
+
+
+# --- validation -------------------------------------------------------------------------------
+
+
+def _as_image(image: np.ndarray, name: str = "image") -> np.ndarray:
+    """``image`` as a ``uint8`` ``H x W x 3`` array; ValueError otherwise."""
+    arr = np.asarray(image)
+    if arr.ndim != 3 or arr.shape[2] != 3:
+        raise ValueError(f"{name} must be H x W x 3, got shape {arr.shape}")
+    if arr.dtype != np.uint8:
+        raise ValueError(f"{name} must be uint8, got {arr.dtype}")
+    return arr
+
+
+def _as_mask(mask: np.ndarray, name: str = "mask") -> np.ndarray:
+    """``mask`` as a bool ``H x W`` array (``np.asarray(mask) > 0`` when it is not bool)."""
+    arr = np.asarray(mask)
+    if arr.dtype != np.bool_:
+        arr = arr > 0
+    if arr.ndim != 2:
+        raise ValueError(f"{name} must be H x W, got shape {arr.shape}")
+    return arr
+
+
+def _image_and_mask(image: np.ndarray, mask: np.ndarray, mask_name: str = "mask") -> tuple[np.ndarray, np.ndarray]:
+    """Validated ``(image, mask)``; ValueError naming both shapes when the mask's ``H x W`` differs."""
+    img = np.asarray(image)
+    msk = np.asarray(mask)
+    if msk.ndim != 2 or img.ndim < 2 or img.shape[:2] != msk.shape:
+        raise ValueError(f"{mask_name} shape {msk.shape} does not match image shape {img.shape}")
+    return _as_image(img), _as_mask(msk, mask_name)
+
+
+def _check_shape(shape: tuple[int, int]) -> tuple[int, int]:
+    h, w = (int(s) for s in shape)
+    if h < 1 or w < 1:
+        raise ValueError(f"shape must be positive (H, W), got {tuple(shape)}")
+    return h, w
+
+
+# --- the hole ---------------------------------------------------------------------------------
+
+
+def hole_margin(shape: tuple[int, int], fraction: float = 0.02) -> int:
+    """Pixels the object's hole is grown by: ``max(1, round(fraction * min(H, W)))``.
+
+    ``shape`` is ``(H, W)`` (a longer shape such as ``image.shape`` is read for its first two
+    entries); ``round`` is Python's (half to even).
+    """
+    if fraction < 0:
+        raise ValueError(f"fraction must be >= 0, got {fraction}")
+    h, w = _check_shape(tuple(shape)[:2])
+    return max(1, round(fraction * min(h, w)))
+
+
+def object_hole(mask: np.ndarray, margin: int) -> np.ndarray:
+    """The region removed with the object: the mask dilated by ``margin`` pixels.
+
+    ``hole[y, x] = max(mask[y', x'] for |y' - y| <= margin and |x' - x| <= margin)``: a
+    ``(2 * margin + 1)`` square structuring element, computed with PIL's
+    ``ImageFilter.MaxFilter`` on the 0/255 mask (edges replicate, so nothing enters from outside
+    the image); ``margin`` 0 returns the mask. Growing the hole takes the object's edge, halo and
+    contact shadow with it, which a cut along the mask would leave behind (Xiao et al. remove a
+    whole bounding box for the same reason). The hole always contains the mask.
+    """
+    m = _as_mask(mask)
+    margin = int(margin)
+    if margin < 0:
+        raise ValueError(f"margin must be >= 0, got {margin}")
+    if margin == 0 or not m.any():
+        return m.copy()
+    # A Chebyshev radius of max(H, W) - 1 already reaches every pixel: clamp to keep the filter small.
+    margin = min(margin, max(m.shape) - 1)
+    if margin == 0:
+        return m.copy()
+    grown = Image.fromarray(m.astype(np.uint8) * 255).filter(ImageFilter.MaxFilter(2 * margin + 1))
+    return np.asarray(grown) > 127
+
+
+@dataclass(frozen=True)
+class Filled:
+    """The result of :func:`fill_hole`."""
+
+    image: np.ndarray  # uint8 H x W x 3
+    method: str  # "tile-left" | "tile-right" | "tile-top" | "tile-bottom" | "mean" | "none"
+    fraction: float  # share of the image's pixels that were filled: hole.sum() / (H * W)
+
+
+def _bbox(mask: np.ndarray) -> tuple[int, int, int, int]:
+    """``(y0, y1, x0, x1)`` of a non-empty mask's bounding box, inclusive-exclusive."""
+    rows = np.flatnonzero(mask.any(axis=1))
+    cols = np.flatnonzero(mask.any(axis=0))
+    return int(rows[0]), int(rows[-1]) + 1, int(cols[0]), int(cols[-1]) + 1
+
+
+def fill_hole(image: np.ndarray, hole: np.ndarray) -> Filled:
+    """Only-BG-T (Xiao et al. 2020): replace the hole with tiles of background taken from outside it.
+
+    Rule: let ``(y0, y1, x0, x1)`` be the hole's bounding box (inclusive-exclusive). The candidate
+    strips outside the box are ``left = image[:, :x0]``, ``right = image[:, x1:]``,
+    ``top = image[:y0, :]`` and ``bottom = image[y1:, :]``. The strip with the most pixels is
+    used (ties broken in the order left, right, top, bottom); it holds no hole pixel by
+    construction. With a left or right strip of width ``w`` a hole pixel ``(y, x)`` gets
+    ``strip[y, (x - x0) % w]`` (rows continue horizontally); with a top or bottom strip of height
+    ``h`` it gets ``strip[(y - y0) % h, x]`` (columns continue vertically).
+
+    When every strip is empty (the hole's box spans the whole image) the hole gets the mean
+    colour of the non-hole pixels, ``round(mean)`` per channel (``np.round``, half to even),
+    method ``"mean"``; when there is no non-hole pixel either, ValueError. An empty hole returns
+    a copy of the image with method ``"none"`` and fraction 0.0. Pixels outside the hole are never
+    changed; ``fraction = hole.sum() / (H * W)``.
+    """
+    img, hl = _image_and_mask(image, hole, "hole")
+    out = img.copy()
+    height, width = hl.shape
+    n_hole = int(hl.sum())
+    if n_hole == 0:
+        return Filled(image=out, method="none", fraction=0.0)
+    fraction = n_hole / (height * width)
+    y0, y1, x0, x1 = _bbox(hl)
+    sizes = {
+        "left": height * x0,
+        "right": height * (width - x1),
+        "top": y0 * width,
+        "bottom": (height - y1) * width,
+    }
+    side = max(sizes, key=lambda k: sizes[k])  # max returns the first maximum: the tie order above
+    ys, xs = np.nonzero(hl)
+    if sizes[side] == 0:
+        keep = ~hl
+        if not keep.any():
+            raise ValueError("the object covers the whole image: no background to keep")
+        colour = np.round(img[keep].astype(np.float64).mean(axis=0))
+        out[ys, xs] = np.clip(colour, 0, 255).astype(np.uint8)
+        return Filled(image=out, method="mean", fraction=fraction)
+    if side == "left":
+        src_y, src_x = ys, (xs - x0) % x0
+    elif side == "right":
+        src_y, src_x = ys, x1 + (xs - x0) % (width - x1)
+    elif side == "top":
+        src_y, src_x = (ys - y0) % y0, xs
+    else:
+        src_y, src_x = y1 + (ys - y0) % (height - y1), xs
+    out[ys, xs] = img[src_y, src_x]
+    return Filled(image=out, method=f"tile-{side}", fraction=fraction)
+
+
+# --- foreground / background variants ---------------------------------------------------------
+
+
+def only_foreground(image: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Only-FG (Xiao et al.): ``m * x``; the background is black."""
+    img, m = _image_and_mask(image, mask)
+    return np.where(m[..., None], img, np.uint8(0)).astype(np.uint8)
+
+
+def no_foreground(image: np.ndarray, hole: np.ndarray) -> np.ndarray:
+    """No-FG (Xiao et al.): ``(1 - hole) * x``; the hole is black."""
+    img, hl = _image_and_mask(image, hole, "hole")
+    return np.where(hl[..., None], np.uint8(0), img).astype(np.uint8)
+
+
+def paste(obj_image: np.ndarray, mask: np.ndarray, background: np.ndarray) -> np.ndarray:
+    """``m * obj + (1 - m) * background``: binary and exact (no blending).
+
+    The object image, the mask and the background must share ``H x W`` (ValueError naming both
+    shapes otherwise); fit a donor first with :func:`fit_background`.
+    """
+    obj, m = _image_and_mask(obj_image, mask)
+    bg = np.asarray(background)
+    if bg.shape != obj.shape:
+        raise ValueError(f"background shape {bg.shape} does not match object image shape {obj.shape}")
+    bg = _as_image(bg, "background")
+    return np.where(m[..., None], obj, bg).astype(np.uint8)
+
+
+# --- donor geometry ---------------------------------------------------------------------------
+
+
+def _cover(src: tuple[int, int], dst: tuple[int, int]) -> tuple[int, int, int, int]:
+    """Cover-and-centre-crop geometry: ``(new_h, new_w, top, left)``.
+
+    ``s = max(H / H', W / W')`` scales the source ``H' x W'`` to ``max(H, round(s H')) x
+    max(W, round(s W'))``, which covers the target ``H x W``; the crop starts at
+    ``top = (new_h - H) // 2``, ``left = (new_w - W) // 2``.
+    """
+    (sh, sw), (dh, dw) = src, dst
+    scale = max(dh / sh, dw / sw)
+    new_h = max(dh, round(sh * scale))
+    new_w = max(dw, round(sw * scale))
+    return new_h, new_w, (new_h - dh) // 2, (new_w - dw) // 2
+
+
+def fit_background(background: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
+    """A donor background at the source's geometry ``(H, W)``.
+
+    Scaled by ``s = max(H / H', W / W')`` to cover ``H x W`` (aspect kept, bilinear, PIL), then
+    centre-cropped, so the object keeps its position and scale and the background is never
+    stretched. A background already ``H x W`` is returned unchanged (a copy); one that only needs
+    cropping is cropped without resampling.
+    """
+    bg = _as_image(background, "background")
+    h, w = _check_shape(tuple(shape)[:2])
+    new_h, new_w, top, left = _cover(bg.shape[:2], (h, w))
+    if (new_h, new_w) != bg.shape[:2]:
+        bg = np.asarray(Image.fromarray(bg).resize((new_w, new_h), Image.Resampling.BILINEAR))
+    return bg[top : top + h, left : left + w].copy()
+
+
+def fit_mask(mask: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
+    """The cover-and-centre-crop geometry of :func:`fit_background` for a bool mask (nearest neighbour).
+
+    A donor's hole then follows its background pixel for pixel.
+    """
+    m = _as_mask(mask)
+    h, w = _check_shape(tuple(shape)[:2])
+    new_h, new_w, top, left = _cover(m.shape, (h, w))
+    if (new_h, new_w) != m.shape:
+        img = Image.fromarray(m.astype(np.uint8) * 255).resize((new_w, new_h), Image.Resampling.NEAREST)
+        m = np.asarray(img) > 127
+    return m[top : top + h, left : left + w].copy()
+
+
+# --- noise ------------------------------------------------------------------------------------
+
+
+def gaussian_noise(image: np.ndarray, region: np.ndarray, sigma: float, rng: np.random.Generator) -> np.ndarray:
+    """Gaussian noise inside ``region`` (Salient ImageNet, Hard ImageNet).
+
+    On the [0, 1] pixel scale ``x' = clip(x / 255 + n, 0, 1)`` with ``n ~ N(0, sigma^2)`` per pixel
+    and channel (``sigma = 0.25`` is a quarter of the range), returned as ``round(255 x')`` in
+    ``uint8`` inside the region; pixels outside the region are unchanged. The noise is drawn for
+    the whole image (``rng.normal(0, sigma, (H, W, 3))``) and applied in the region, so the
+    foreground and background variants of one image made with the same seed share their noise
+    field.
+    """
+    img, reg = _image_and_mask(image, region, "region")
+    if sigma < 0:
+        raise ValueError(f"sigma must be >= 0, got {sigma}")
+    noise = rng.normal(0.0, sigma, img.shape)
+    noisy = np.round(np.clip(img / 255.0 + noise, 0.0, 1.0) * 255.0).astype(np.uint8)
+    return np.where(reg[..., None], noisy, img).astype(np.uint8)
+
+
+# --- measurements and output ------------------------------------------------------------------
+
+
+def mask_box(mask: np.ndarray) -> tuple[float, float, float, float]:
+    """``(centre_y, centre_x, height, width)`` of the mask's bounding box as fractions of the image.
+
+    With the box ``(y0, y1, x0, x1)`` inclusive-exclusive: ``centre_y = (y0 + y1) / 2 / H``,
+    ``centre_x = (x0 + x1) / 2 / W``, ``height = (y1 - y0) / H``, ``width = (x1 - x0) / W``, all
+    in 0..1. ValueError on an empty mask.
+    """
+    m = _as_mask(mask)
+    if not m.any():
+        raise ValueError("mask_box of an empty mask: no object")
+    h, w = m.shape
+    y0, y1, x0, x1 = _bbox(m)
+    return (y0 + y1) / 2 / h, (x0 + x1) / 2 / w, (y1 - y0) / h, (x1 - x0) / w
+
+
+def area_fraction(mask: np.ndarray) -> float:
+    """Share of the image the mask covers: ``mask.mean()``."""
+    return float(_as_mask(mask).mean())
+
+
+def png_bytes(image: np.ndarray) -> bytes:
+    """PNG bytes of ``image`` (PIL, ``compress_level=6``, no ``optimize``).
+
+    Deterministic: the same pixels give the same bytes, so re-runs are byte-identical.
+    """
+    img = _as_image(image)
+    buf = io.BytesIO()
+    Image.fromarray(img).save(buf, format="PNG", compress_level=6, optimize=False)
+    return buf.getvalue()

@@ -1,0 +1,261 @@
+"""The attribution run: the observed drop split into the background's part and the rest (``curate attribution``).
+
+Files (``runs/<name>/`` of the intervention folder; docs/design.md#interventions):
+
+- ``config.json``: ``intervention`` (the :class:`curate.runs.InterventionRun` it read: run name,
+  source folder, split, sigma, whether it holds exact counterfactuals), ``settings`` (bootstrap
+  replicates, seed, level, the paste-control threshold), ``models`` (one entry per evaluation run:
+  run, model label and id, family, label space, chance);
+- ``attribution.json``: per model ``overall`` (each statistic of
+  :data:`curate.interventions.attribution.STATISTICS` with its interval), ``classes_used`` (classes
+  in the overall decomposition) and ``classes`` (per class: photo counts, values, intervals,
+  ``reason`` when the decomposition is undefined, ``flag`` when the paste control loses more than
+  the threshold);
+- ``attribution.md`` / ``attribution.csv``: the tables people read (points, 95% intervals).
+
+Values are fractions in [0, 1] (differences in [-1, 1]); tables print them as points.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from curate.formatting import ci, md_table, num, pct, pct_ci
+from curate.interventions.attribution import STATISTICS
+from curate.jsonio import write_json
+from curate.runs.base import RunRecord, read_result_json, register_run_kind, write_bytes
+
+__all__ = ["AttributionRun", "ModelAttribution", "ClassRow", "DECOMPOSITION_NOTE"]
+
+#: What the decomposition can and cannot show (tables and the report print it).
+DECOMPOSITION_NOTE = (
+    "drop D = easy - hard on the masked photos; background part B = accuracy of the hard objects pasted on easy "
+    "backgrounds of their class - hard; rest = D - B (object scale, pose, light, occlusion... and paste artefacts). "
+    "Intervals: paired bootstrap over photos within (class, group). In-sample for the split's reference model (it "
+    "chose easy and hard to maximise its own drop). B assumes the mask carries the object and the filled-in hole "
+    "carries no class evidence; the paste control (original - object pasted back on its own filled background) "
+    "says what cutting and pasting alone costs.")
+
+
+def _f(x: Any) -> float:
+    return float("nan") if x is None else float(x)
+
+
+def _pair(x: Any) -> tuple[float, float]:
+    return (_f(x[0]), _f(x[1])) if x else (float("nan"), float("nan"))
+
+
+def _clean(x: float) -> float | None:
+    return None if x is None or not math.isfinite(x) else round(float(x), 6)
+
+
+@dataclass(frozen=True)
+class ClassRow:
+    """One class of one model: counts, values (fractions), intervals, why undefined, control flag."""
+
+    class_index: int
+    class_name: str
+    n_easy: int
+    n_hard: int
+    values: dict[str, float]
+    intervals: dict[str, tuple[float, float]]
+    reason: str = ""
+    flag: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"class_index": self.class_index, "class_name": self.class_name, "n_easy": self.n_easy,
+                "n_hard": self.n_hard, "reason": self.reason, "flag": self.flag,
+                "values": {k: _clean(v) for k, v in self.values.items()},
+                "intervals": {k: [_clean(a), _clean(b)] for k, (a, b) in self.intervals.items()}}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ClassRow:
+        return cls(int(d["class_index"]), str(d.get("class_name") or ""), int(d.get("n_easy") or 0),
+                   int(d.get("n_hard") or 0), {k: _f(v) for k, v in (d.get("values") or {}).items()},
+                   {k: _pair(v) for k, v in (d.get("intervals") or {}).items()}, str(d.get("reason") or ""),
+                   str(d.get("flag") or ""))
+
+    @property
+    def label(self) -> str:
+        return f"{self.class_index} {self.class_name}"
+
+
+@dataclass(frozen=True)
+class ModelAttribution:
+    """One model's decomposition: overall values and intervals, and its classes."""
+
+    run: str
+    model: str
+    model_id: str
+    family: str
+    label_space: str
+    chance: float
+    overall: dict[str, float]
+    overall_ci: dict[str, tuple[float, float]]
+    classes_used: int
+    classes: tuple[ClassRow, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"run": self.run, "model": self.model, "model_id": self.model_id, "family": self.family,
+                "label_space": self.label_space, "chance": _clean(self.chance), "classes_used": self.classes_used,
+                "overall": {k: {"value": _clean(self.overall.get(k, math.nan)),
+                                "ci": [_clean(self.overall_ci.get(k, (math.nan, math.nan))[0]),
+                                       _clean(self.overall_ci.get(k, (math.nan, math.nan))[1])]}
+                            for k in STATISTICS},
+                "classes": [c.to_dict() for c in self.classes]}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ModelAttribution:
+        overall = d.get("overall") or {}
+        return cls(str(d["run"]), str(d.get("model") or ""), str(d.get("model_id") or ""), str(d.get("family") or ""),
+                   str(d.get("label_space") or ""), _f(d.get("chance")),
+                   {k: _f((v or {}).get("value")) for k, v in overall.items()},
+                   {k: _pair((v or {}).get("ci")) for k, v in overall.items()}, int(d.get("classes_used") or 0),
+                   tuple(ClassRow.from_dict(c) for c in d.get("classes") or ()))
+
+    def value(self, statistic: str) -> float:
+        return self.overall.get(statistic, math.nan)
+
+    def interval(self, statistic: str) -> tuple[float, float]:
+        return self.overall_ci.get(statistic, (math.nan, math.nan))
+
+    @property
+    def flagged(self) -> list[ClassRow]:
+        """Classes whose paste control loses more than the threshold."""
+        return [c for c in self.classes if c.flag]
+
+
+def _cell(value: float, interval: tuple[float, float]) -> str:
+    """A fraction as points with its interval: ``-12.3 [-15.0, -9.1]``."""
+    return pct(value, signed=True) + pct_ci(interval)
+
+
+@register_run_kind
+@dataclass
+class AttributionRun(RunRecord):
+    """Config and results of one ``curate attribution`` (see the module docstring)."""
+
+    KIND: ClassVar[str] = "attribution"
+    VERSION: ClassVar[int] = 1
+    RESULTS: ClassVar[str] = "attribution.json"
+    MARKDOWN: ClassVar[str] = "attribution.md"
+    CSV: ClassVar[str] = "attribution.csv"
+    FIGURE: ClassVar[str] = "decomposition.png"
+
+    intervention: dict[str, Any]
+    settings: dict[str, Any]
+    models: list[ModelAttribution] = field(default_factory=list)
+    run_dir: Path | None = None
+
+    def config_dict(self) -> dict[str, Any]:
+        return {"intervention": self.intervention, "settings": self.settings,
+                "models": [{"run": m.run, "model": m.model, "model_id": m.model_id, "family": m.family,
+                            "label_space": m.label_space, "chance": _clean(m.chance)} for m in self.models]}
+
+    def _write_results(self, run_dir: Path) -> None:
+        write_json(run_dir / self.RESULTS, {"models": [m.to_dict() for m in self.models],
+                                            "definition": DECOMPOSITION_NOTE})
+        write_bytes(run_dir / self.MARKDOWN, self.markdown().encode())
+        write_bytes(run_dir / self.CSV, self.csv().encode())
+
+    @classmethod
+    def _read(cls, run_dir: Path, config: dict[str, Any]) -> AttributionRun:
+        results = read_result_json(run_dir, cls.RESULTS)
+        return cls(intervention=dict(config.get("intervention") or {}), settings=dict(config.get("settings") or {}),
+                   models=[ModelAttribution.from_dict(m) for m in results.get("models") or ()], run_dir=run_dir)
+
+    # -- views
+    @property
+    def threshold(self) -> float:
+        return float(self.settings.get("control_threshold", 0.05))
+
+    def model(self, run_or_label: str) -> ModelAttribution:
+        """The model whose evaluation run or model label is ``run_or_label`` (KeyError otherwise)."""
+        for m in self.models:
+            if run_or_label in (m.run, m.model, m.model_id):
+                return m
+        raise KeyError(f"{run_or_label!r} is not among {[m.run for m in self.models]}")
+
+    def decomposition_rows(self) -> list[list[str]]:
+        """Per model: D, B, rest (points with 95% intervals), the paste control, classes used and flagged."""
+        rows = []
+        for m in self.models:
+            rows.append([m.model, m.label_space, *(_cell(m.value(k), m.interval(k))
+                                                   for k in ("drop", "background_part", "rest", "paste_cost")),
+                         str(m.classes_used), str(len(m.flagged))])
+        return rows
+
+    def anchor_rows(self) -> list[list[str]]:
+        """Per model: only-FG, no-FG, only-BG, mixed-same, mixed-rand, BG-gap, RFS, adversarial, chance."""
+        rows = []
+        for m in self.models:
+            cells = [pct(m.value(k)) + pct_ci(m.interval(k)) for k in ("only_fg", "no_fg", "only_bg", "mixed_same",
+                                                                         "mixed_rand")]
+            cells.append(_cell(m.value("bg_gap"), m.interval("bg_gap")))
+            cells.append(num(m.value("rfs"), 2, signed=True) + ci(m.interval("rfs"), 2))
+            cells.append(pct(m.value("adversarial")) + pct_ci(m.interval("adversarial")))
+            cells.append(pct(m.chance, 2))
+            rows.append([m.model, *cells])
+        return rows
+
+    def class_rows(self, model: ModelAttribution) -> list[list[str]]:
+        """Per class of one model: easy, hard, D, B, rest, hard-on-easy, the control and the flag or reason."""
+        rows = []
+        for c in model.classes:
+            def cell(k: str, c: ClassRow = c) -> str:
+                return _cell(c.values.get(k, math.nan), c.intervals.get(k, (math.nan, math.nan)))
+
+            rows.append([c.label, str(c.n_easy), str(c.n_hard), pct(c.values.get("easy", math.nan)),
+                         pct(c.values.get("hard", math.nan)), cell("drop"), cell("background_part"), cell("rest"),
+                         pct(c.values.get("paste_cost", math.nan), signed=True), c.flag or c.reason or ""])
+        return rows
+
+    def markdown(self) -> str:
+        """``attribution.md``: the decomposition, the anchors' numbers and the per-class tables."""
+        parts = ["# Does the background cause the drop?", "", DECOMPOSITION_NOTE, "",
+                 f"Intervention: `{self.intervention.get('run')}` of `{self.intervention.get('source_name')}` "
+                 f"(noise sigma {self.intervention.get('sigma')} on the [0, 1] scale). Points (percentage points, 95% "
+                 f"paired bootstrap intervals, {self.settings.get('n_boot')} replicates). A class is flagged when the "
+                 f"paste control loses more than {100 * self.threshold:.0f} points.", "",
+                 md_table(["model", "label space", "drop D", "background B", "rest D - B", "paste control",
+                                 "classes", "flagged"], self.decomposition_rows()), "",
+                 "Backgrounds Challenge and Hard ImageNet numbers (accuracy in %, RFS in [-1, 1]; chance = one "
+                 "guess among the candidate labels):", "",
+                 md_table(["model", "only-FG", "no-FG", "only-BG", "mixed-same", "mixed-rand", "BG-gap", "RFS",
+                                 "adversarial", "chance"], self.anchor_rows())]
+        for m in self.models:
+            parts += ["", f"## {m.model} ({m.label_space})", "",
+                      md_table(["class", "easy n", "hard n", "easy", "hard", "D", "B", "rest", "paste control",
+                                      "note"], self.class_rows(m))]
+        return "\n".join(parts) + "\n"
+
+    def csv(self) -> str:
+        """``attribution.csv``: one row per (model, class) and an ``all`` row per model, every statistic."""
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, lineterminator="\n")
+        header = ["run", "model", "class_index", "class_name", "n_easy", "n_hard"]
+        for k in STATISTICS:
+            header += [k, f"{k}_low", f"{k}_high"]
+        writer.writerow(header + ["reason", "flag"])
+        for m in self.models:
+            def values(vals: dict[str, float], cis: dict[str, tuple[float, float]]) -> list[str]:
+                out = []
+                for k in STATISTICS:
+                    low, high = cis.get(k, (math.nan, math.nan))
+                    out += [_num(vals.get(k, math.nan)), _num(low), _num(high)]
+                return out
+
+            writer.writerow([m.run, m.model, "all", "", sum(c.n_easy for c in m.classes),
+                             sum(c.n_hard for c in m.classes), *values(m.overall, m.overall_ci), "", ""])
+            for c in m.classes:
+                writer.writerow([m.run, m.model, c.class_index, c.class_name, c.n_easy, c.n_hard,
+                                 *values(c.values, c.intervals), c.reason, c.flag])
+        return buffer.getvalue()
+
+
+def _num(x: float) -> str:
+    return "" if not math.isfinite(x) else f"{x:.6f}"

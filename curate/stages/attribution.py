@@ -1,0 +1,131 @@
+"""The attribution stage: does the background cause the drop? (``curate attribution``).
+
+``attribution(dataset, runs, settings)`` reads the :class:`curate.runs.InterventionRun` of an
+intervention folder (``curate intervene``) and the :class:`curate.runs.EvaluationRun` of each model
+scored on it (``curate evaluate``), and writes an :class:`curate.runs.AttributionRun`: per model,
+class and overall, the observed drop D, its background part B and the rest, the paste control,
+and the anchors' numbers (only-FG, no-FG, only-BG, mixed-same / rand / next, BG-gap, RFS,
+adversarial-background accuracy), each with a paired bootstrap interval
+(:mod:`curate.interventions.attribution`, docs/design.md#interventions).
+
+A class whose paste control loses more than ``control_threshold`` (original minus the object
+pasted back on its own filled background) is flagged: its B and rest mix the background's effect
+with what pasting costs.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from curate.interventions.attribution import attribute, photo_table
+from curate.progress import Progress, report
+from curate.runs.attribution import AttributionRun, ClassRow, ModelAttribution
+from curate.runs.base import RUNS_DIR, RunError, iter_runs, write_bytes
+from curate.runs.evaluation import EvaluationRun
+from curate.runs.interventions import InterventionRun
+from curate.stages.common import claim_run_dir, open_dataset
+
+__all__ = ["AttributionSettings", "attribution"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class AttributionSettings:
+    """``intervention``: the intervention record's run name (None: the folder's only or latest one).
+    ``n_boot``, ``seed``, ``level``: the paired bootstrap. ``control_threshold``: a class whose paste
+    control loses more than this (a fraction: 0.05 = 5 points) is flagged."""
+
+    intervention: str | None = None
+    n_boot: int = 1000
+    seed: int = 0
+    level: float = 0.95
+    control_threshold: float = 0.05
+
+    def __post_init__(self) -> None:
+        if self.n_boot < 10:
+            raise ValueError(f"--bootstrap must be >= 10 replicates, got {self.n_boot}")
+        if not 0.5 <= self.level < 1.0:
+            raise ValueError(f"--level must be in [0.5, 1), got {self.level}")
+        if not 0.0 <= self.control_threshold <= 1.0:
+            raise ValueError(f"--control-threshold is a fraction in [0, 1], got {self.control_threshold}")
+
+
+def _evaluations(root: Path, runs: Any) -> list[EvaluationRun]:
+    if runs:
+        names = [runs] if isinstance(runs, str) else list(runs)
+        out = []
+        for name in names:
+            if isinstance(name, EvaluationRun):
+                out.append(name)
+                continue
+            out.append(EvaluationRun.load(Path(root) / RUNS_DIR / str(name)))
+        return out
+    loaded = []
+    for path, record in iter_runs(root, EvaluationRun.KIND):
+        if isinstance(record, RunError):
+            logger.warning("skipping %s: %s", path.name, record)
+        else:
+            loaded.append(record)
+    if not loaded:
+        raise RunError(f"{root} has no evaluation runs: score the folder first, e.g. "
+                       f"`curate evaluate {root} --model NAME`")
+    return loaded
+
+
+def attribution(dataset: Any, runs: Any = None, settings: AttributionSettings | None = None, *,
+                run_name: str | None = None, overwrite: bool = False,
+                progress: Progress | None = None) -> AttributionRun:
+    """Decompose each model's drop on an intervention folder (see the module docstring).
+
+    Args:
+        dataset: the intervention folder (``curate intervene --out``) or its :class:`Dataset`.
+        runs: evaluation run names (or records) on that folder; None: every evaluation run there.
+        settings: :class:`AttributionSettings`.
+        run_name: the run folder (default ``attribution-<intervention>-<UTC time>``).
+        overwrite: replace an existing run of that name.
+        progress: :class:`curate.progress.Progress` (phase "bootstrapping").
+    """
+    settings = settings or AttributionSettings()
+    ds = open_dataset(dataset)
+    intervention = InterventionRun.of_folder(ds.root, settings.intervention)
+    evaluations = _evaluations(ds.root, runs)
+    variant_rows = intervention.rows()
+    names = ds.label_space.names
+    models = []
+    for i, run in enumerate(evaluations):
+        report(progress, i, len(evaluations), "bootstrapping")
+        correct = run.correct1_by_sample()
+        table = photo_table(variant_rows, correct)
+        if not table.photo_ids:
+            raise ValueError(f"evaluation run {run.name} scored none of the originals of intervention "
+                             f"{intervention.name}: evaluate this folder ({ds.root}), not another")
+        classes, overall, overall_ci, used = attribute(table, n_boot=settings.n_boot, seed=settings.seed,
+                                                       level=settings.level)
+        rows = tuple(ClassRow(c.class_index, names[c.class_index], c.n_easy, c.n_hard, c.values, c.intervals,
+                              c.reason, _flag(c.values.get("paste_cost", math.nan), settings.control_threshold))
+                     for c in classes)
+        models.append(ModelAttribution(run.name, run.model_label, run.model_id, run.family, run.label_space_name,
+                                       run.chance, overall, overall_ci, used, rows))
+    report(progress, len(evaluations), len(evaluations), "bootstrapping")
+    record = AttributionRun(intervention={
+        "run": intervention.name, "source_name": intervention.source.get("name"),
+        "source_root": intervention.source.get("root"), "split": intervention.source.get("split"),
+        "sigma": intervention.sigma, "truth": intervention.is_truth, "masks": intervention.masks,
+        "variants": intervention.variant_counts()}, settings=asdict(settings), models=models)
+    run_dir = claim_run_dir(ds.root, run_name, "attribution", intervention.name, overwrite=overwrite)
+    from curate.interventions.figures import decomposition_png
+
+    write_bytes(run_dir / AttributionRun.FIGURE, decomposition_png(models))
+    record.write(run_dir)  # config.json last: the commit marker
+    return record
+
+
+def _flag(paste_cost: float, threshold: float) -> str:
+    if math.isfinite(paste_cost) and paste_cost > threshold:
+        return (f"paste control loses {100 * paste_cost:.1f} points (> {100 * threshold:.0f}): B and the rest include "
+                "paste artefacts")
+    return ""
