@@ -28,6 +28,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from curate.collect.synthetic import DEFAULT_CLASSES, WorldSpec, collect_synthetic
 from curate.train_reference import ShortcutReport, TrainConfig, dataset_arrays, evaluate_shortcut, train_reference_clip
@@ -79,6 +80,8 @@ class DemoResult:
     fidelity_note: str = ""
     fidelity_masks: str = ""  # the fidelity mask reference's MaskCounts line
     masks: str = ""  # the mask-proposal measurement table (curate propose-masks --measure)
+    attribution: list[dict] = field(default_factory=list)  # the drop decomposed (curate attribution), per world x model
+    attribution_report: Path | None = None
 
 
 @dataclass
@@ -216,6 +219,7 @@ def run_full_demo(workdir: Path, settings: DemoSettings | None = None, **callbac
     result.fidelity = _fidelity(eval_ds.root, shortcut, say, result)
     _audit_assist(workdir, shortcut, say)
     result.masks = _mask_proposals(workdir, say)
+    result.attribution, result.attribution_report = _interventions(workdir, shortcut, say)
     _report_and_publish(workdir, eval_ds, evaluations, result, say)
     return result
 
@@ -316,6 +320,58 @@ def _mask_proposals(workdir: Path, say) -> str:
     say(f"mask proposals: {record.counts['found']} of {record.counts['in_scope']} evaluation photos (held out: the "
         "model never saw them); every photo here has an exact mask, so nothing was written over it")
     return format_measurement(measurement)
+
+
+def _interventions(workdir: Path, shortcut: list[DemoRow], say) -> tuple[list[dict], Path]:
+    """Does the background cause the drop? (docs/design.md#interventions). Two decompositions:
+
+    - the split evaluation world, both models: every variant of its masked easy / hard photos
+      (``curate intervene --split split-demo``), scored 1 vs 1000, split into B and the rest;
+    - the confound world (hard photos also show the object at 0.45 of its size) scored by the
+      uncorrelated (shape-only) model, beside the exact counterfactuals of its swaps: there the drop
+      is object scale, not background, and B should be near 0 with the truth inside its interval.
+    """
+    import shutil
+
+    from curate.interventions.worlds import build_world, write_truth
+    from curate.models import ModelSpec
+    from curate.stages.attribution import AttributionSettings, attribution
+    from curate.stages.evaluate import EvalSettings, evaluate
+    from curate.stages.intervene import InterveneSettings, intervene
+
+    base = workdir / "interventions"
+    shutil.rmtree(base, ignore_errors=True)  # a few seconds to rebuild; never mixes two demo versions
+    rows: list[dict] = []
+
+    def score(folder: Path, models: list[DemoRow]) -> Any:
+        for row in models:
+            evaluate(folder, ModelSpec("auto", str(row.weights)), EvalSettings(bootstrap=200),
+                     run_name=f"eval-{row.world.replace('=', '')}", overwrite=True)
+        return attribution(folder, None, AttributionSettings(), run_name="attribution", overwrite=True)
+
+    made = intervene(workdir / "world-eval", base / "eval-world", InterveneSettings(split="split-demo"))
+    say(f"interventions on the split evaluation world: {made.counts['sources']} masked photos -> "
+        f"{made.counts['images']} images ({len(made.variant_counts())} variants)")
+    for model in score(base / "eval-world", shortcut).models:
+        rows.append(_decomposition_row("split evaluation world", model))
+    shape = next(row for row in shortcut if row.p <= 0.5)
+    world = build_world("confound", base / "confound-world")
+    intervene(world, base / "confound", InterveneSettings(variants=("swap", "paste")))
+    write_truth(world, base / "confound", base / "confound-truth")
+    estimated = score(base / "confound", [shape]).models[0]
+    truth = score(base / "confound-truth", [shape]).models[0]
+    rows.append(_decomposition_row("confound world (hard = smaller objects)", estimated, truth))
+    from curate.report import build_report
+
+    report = build_report(base / "eval-world", workdir / "report-interventions")
+    return rows, report
+
+
+def _decomposition_row(world: str, model: Any, truth: Any = None) -> dict:
+    return {"world": world, "model": model.model, **{k: model.value(k) for k in
+            ("drop", "background_part", "rest", "paste_cost", "bg_gap", "only_fg", "adversarial")},
+            **{f"{k}_ci": model.interval(k) for k in ("drop", "background_part", "rest", "bg_gap")},
+            "truth_b": truth.value("background_part") if truth is not None else float("nan")}
 
 
 SALIENCY_METHODS = ("gradcam", "layercam")

@@ -410,6 +410,45 @@ def _fidelity_section(doc: Document, root: Path, out: Path) -> None:
         doc.text("Skipped: " + note + ".")
 
 
+def _attribution_section(doc: Document, root: Path, out: Path) -> None:
+    """``curate attribution`` runs of an intervention folder: D split into the background part and
+    the rest per model and class, the anchors' numbers, and the decomposition figure."""
+    from curate.interventions.figures import decomposition_png
+    from curate.masks.sources import MaskCounts
+    from curate.runs import RunError, iter_runs
+    from curate.runs.attribution import DECOMPOSITION_NOTE
+
+    found = list(iter_runs(root, "attribution"))
+    if not found:
+        return
+    doc.heading("Does the background cause the drop?")
+    doc.text(DECOMPOSITION_NOTE)
+    for run_dir, run in found:
+        if isinstance(run, RunError):
+            doc.text(f"Skipped: `{run_dir.name}` cannot be read ({run}).")
+            continue
+        source = run.intervention
+        truth = " These are exact counterfactuals from the synthetic world's generator (nothing pasted)." \
+            if source.get("truth") else ""
+        doc.text(f"`{run.name}`: intervention `{source.get('run')}` of `{source.get('source_name')}`, "
+                 f"{run.settings.get('n_boot')} paired bootstrap replicates; "
+                 f"{MaskCounts.from_dict(source.get('masks')).line()}.{truth} A class is flagged when its paste "
+                 f"control loses more than {100 * run.threshold:.0f} points.")
+        doc.table(["model", "label space", "drop D", "background B", "rest D - B", "paste control", "classes",
+                   "flagged"], run.decomposition_rows())
+        doc.text("The anchors' numbers (Xiao et al. 2020; Moayeri et al. 2022): accuracy in %, RFS in [-1, 1], "
+                 "chance = one guess among the candidate labels.")
+        doc.table(["model", "only-FG", "no-FG", "only-BG", "mixed-same", "mixed-rand", "BG-gap", "RFS", "adversarial",
+                   "chance"], run.anchor_rows())
+        figure = f"decomposition_{run.name}.png"
+        write_bytes(out / figure, decomposition_png(run.models))
+        doc.image(figure, f"Per class: observed drop D, background part B and the rest (points), run {run.name}")
+        for model in run.models:
+            doc.text(f"Per class, {model.model} ({model.label_space}):")
+            doc.table(["class", "easy n", "hard n", "easy", "hard", "D", "B", "rest", "paste control", "note"],
+                      run.class_rows(model))
+
+
 def vlm_quality_summaries(root: Path) -> tuple[list[Any], list[str]]:
     """Every vlm-quality run (:class:`curate.runs.VlmQualityRun`), oldest first, and notes for runs
     that cannot be read."""
@@ -544,7 +583,7 @@ def build_report(
     out.mkdir(parents=True, exist_ok=True)
     for stale in ("fig2_scatter.png", "fig3_counts.png", "fig4_drops.png", "gallery.png", "table2.csv"):
         (out / stale).unlink(missing_ok=True)  # a figure whose inputs are gone must not linger
-    for stale in [*out.glob("fidelity_*.png"), *out.glob("reliability_*.png")]:
+    for stale in [*out.glob("fidelity_*.png"), *out.glob("reliability_*.png"), *out.glob("decomposition_*.png")]:
         stale.unlink(missing_ok=True)
     doc = Document(title or f"curate report: {ds.name}")
     doc.text(f"Dataset folder `{ds.root.name}`, written by curate {__version__}. Figures are PNG files beside "
@@ -557,6 +596,7 @@ def build_report(
     _saliency_section(doc, ds.root)
     _fidelity_section(doc, ds.root, out)
     _vlm_quality_section(doc, ds.root, out)
+    _attribution_section(doc, ds.root, out)
     doc.heading("Gallery")
     png, table = gallery_png(ds, gallery_per_group)
     if png is None:

@@ -8,7 +8,7 @@ import click
 from rich.table import Table
 
 from curate.cli import main, out, progress
-from curate.formatting import num, pct
+from curate.formatting import num, pct, pct_ci
 
 
 @main.command()
@@ -90,9 +90,28 @@ def demo(workdir: Path, steps: int | None) -> None:
             out().print(f"  the mask reference's {result.fidelity_masks}", highlight=False)
     if result.masks:
         out().print(result.masks, highlight=False)
+    if result.attribution:
+        att = Table(title="does the background cause the drop? D = easy - hard, B = hard objects pasted on easy "
+                          "backgrounds - hard, rest = D - B (points, 1 vs 1000, 95% paired bootstrap)",
+                    title_justify="left")
+        for column in ("world", "trained on", "drop D", "background B", "rest", "paste control", "BG-gap",
+                       "exact B"):
+            att.add_column(column, justify="left" if column in ("world", "trained on") else "right")
+        for r in result.attribution:
+            att.add_row(r["world"], r["model"].removeprefix("reference-").removesuffix(".pt"),
+                        pct(r["drop"], signed=True) + pct_ci(r["drop_ci"]),
+                        pct(r["background_part"], signed=True) + pct_ci(r["background_part_ci"]),
+                        pct(r["rest"], signed=True) + pct_ci(r["rest_ci"]), pct(r["paste_cost"], signed=True),
+                        pct(r["bg_gap"], signed=True) + pct_ci(r["bg_gap_ci"]), pct(r["truth_b"], signed=True))
+        out().print(att)
+        out().print("  the split world's p=0.9 row is in-sample (that model chose easy and hard); exact B = the same "
+                    "objects re-drawn by the world's generator on the easy background (nothing pasted)",
+                    highlight=False)
     out().print(f"runs: {workdir}/world-eval/runs/  table and scatter: {result.compare_dir}/compare.md, compare.png")
     if result.report:
         out().print(f"report: {result.report} (and report.html beside it)")
+    if result.attribution_report:
+        out().print(f"interventions report: {result.attribution_report}")
     if result.hub_dir:
         out().print(f"Hub folder: {result.hub_dir} — python -c \"import datasets; print(datasets.load_dataset('{result.hub_dir}'))\"")
     out().print(f"worlds and weights are in {workdir}/ (re-running reuses them)")

@@ -36,7 +36,7 @@ def decomposition_png(models: Sequence[Any]) -> bytes:
     for ax, model in zip(axes[0], shown):
         labels = [c.label for c in model.classes] + ["all classes"]
         y = np.arange(len(labels))[::-1].astype(float)
-        for offset, (key, label, colour) in zip((-0.25, 0.0, 0.25), BARS):
+        for offset, (key, label, colour) in zip((0.25, 0.0, -0.25), BARS):  # D on top of its class
             values = [c.values.get(key, math.nan) for c in model.classes] + [model.value(key)]
             cis = [c.intervals.get(key, (math.nan, math.nan)) for c in model.classes] + [model.interval(key)]
             points = 100 * np.array(values, dtype=float)
@@ -51,7 +51,7 @@ def decomposition_png(models: Sequence[Any]) -> bytes:
         ax.set_title(f"{model.model} ({model.label_space})", fontsize=8)
         ax.set_xlabel("points (95% paired bootstrap)", fontsize=7)
         ax.tick_params(axis="x", labelsize=7)
-    axes[0][0].legend(fontsize=7, loc="lower right")
+    axes[0][0].legend(fontsize=7, loc="best")
     fig.tight_layout()
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png")
