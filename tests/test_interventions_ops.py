@@ -331,3 +331,20 @@ def test_png_bytes_deterministic_and_round_trips() -> None:
     assert first == second
     with Image.open(io.BytesIO(first)) as png:
         np.testing.assert_array_equal(np.asarray(png.convert("RGB")), image)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 24), st.integers(1, 24), st.integers(0, 9), st.integers(0, 2**31 - 1))
+def test_object_hole_equals_a_square_max_filter(height: int, width: int, margin: int, seed: int) -> None:
+    """Our separable dilation against PIL's rank filter (the reference it replaces)."""
+    from PIL import ImageFilter
+
+    mask = np.random.default_rng(seed).random((height, width)) > 0.85
+    ours = object_hole(mask, margin)
+    if margin == 0 or not mask.any():
+        assert np.array_equal(ours, mask)
+        return
+    size = 2 * min(margin, max(height, width) - 1) + 1
+    padded = np.pad(mask, size, constant_values=False)  # PIL replicates edges; pad so outside counts as 0
+    reference = np.asarray(Image.fromarray(padded.astype(np.uint8) * 255).filter(ImageFilter.MaxFilter(size))) > 127
+    assert np.array_equal(ours, reference[size:size + height, size:size + width])

@@ -45,9 +45,16 @@ def collect() -> None:
 @click.option("--per-class", type=int, default=100, show_default=True)
 @click.option("--image-size", type=int, default=48, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--uncommon-scale", type=float, default=1.0, show_default=True,
+              help="Object size factor for photos off the class's common background (< 1 plants a scale confound).")
+@click.option("--outline", type=click.Choice(["contrast", "double"]), default="contrast", show_default=True,
+              help="contrast: outline colour follows the background; double: the same on every background.")
+@click.option("--truth-groups", is_flag=True,
+              help="Set easy / hard from the truth (easy = the class's common background), as a perfect split would.")
 @planted_options
 def collect_synthetic_cmd(directory: Path, classes: str, p: float, uncorrelated: bool, per_class: int,
-                          image_size: int, seed: int, planted_rate: float, **rates: float | None) -> None:
+                          image_size: int, seed: int, uncommon_scale: float, outline: str, truth_groups: bool,
+                          planted_rate: float, **rates: float | None) -> None:
     """Generate the synthetic world (shapes on procedural backgrounds, exact masks), optionally
     with planted curation problems at known rates (the ground truth of `curate audit`)."""
     from dataclasses import replace
@@ -60,7 +67,8 @@ def collect_synthetic_cmd(directory: Path, classes: str, p: float, uncorrelated:
         picked = classes_by_name(classes.split(","))
     planted = {name: (planted_rate if rate is None else rate) for name, rate in rates.items()}
     try:
-        spec = WorldSpec(classes=picked, p=p, per_class=per_class, image_size=image_size, seed=seed, **planted)
+        spec = WorldSpec(classes=picked, p=p, per_class=per_class, image_size=image_size, seed=seed,
+                         uncommon_scale=uncommon_scale, outline=outline, **planted)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     if uncorrelated:
@@ -69,6 +77,11 @@ def collect_synthetic_cmd(directory: Path, classes: str, p: float, uncorrelated:
         task = bar.add_task("generating", total=per_class * len(picked))
         ds = collect_synthetic(directory, spec, progress=lambda done, total: bar.update(task, completed=done))
     out().print(f"{ds.root}: {len(ds)} samples, {len(picked)} classes, p = {spec.p:.3f}, seed {seed}")
+    if truth_groups:
+        from curate.collect.synthetic import assign_truth_groups
+
+        assign_truth_groups(ds)
+        out().print("groups from the truth: easy = the class's common background, hard = any other")
     if any(planted.values()):
         import json
         from collections import Counter

@@ -6,7 +6,6 @@ from pathlib import Path
 import click
 
 from curate.cli import StageProgress, main, out, progress
-from curate.cli.options import run_options
 from curate.interventions.plan import VARIANTS
 
 
@@ -31,11 +30,15 @@ from curate.interventions.plan import VARIANTS
               help="Also use unverified model-made masks (curate propose-masks) as objects (counted either way).")
 @click.option("--allow-restricted-licenses", is_flag=True,
               help="Also use photos whose licence forbids derivative works (never published).")
-@run_options
+@click.option("--workers", type=int, default=None,
+              help="Threads making images (default: up to 4, one per core); the output does not depend on it.")
+@click.option("--run-name", default=None,
+              help="The record's folder under OUT/runs/ (default: intervene; a re-run with the same settings rewrites it).")
+@click.option("--overwrite", is_flag=True, hidden=True)
 def intervene_cmd(directory: Path, out_dir: Path, split_run: str | None, variants: str, seed: int, swaps: int,
                   adversarial_backgrounds: int, hole_margin: float, sigma: float, per_cell: int | None,
-                  allow_model_masks: bool, allow_restricted_licenses: bool, run_name: str | None,
-                  overwrite: bool) -> None:
+                  allow_model_masks: bool, allow_restricted_licenses: bool, workers: int | None,
+                  run_name: str | None, overwrite: bool) -> None:
     """Keep each masked photo's object, change its background: write the variants as a new folder.
 
     Then score OUT with `curate evaluate OUT --model ...` (as many models as you like) and split
@@ -47,7 +50,7 @@ def intervene_cmd(directory: Path, out_dir: Path, split_run: str | None, variant
     settings = InterveneSettings(variants=variants, split=split_run, seed=seed, swaps=swaps,
                                  adversarial_backgrounds=adversarial_backgrounds, hole_margin=hole_margin, sigma=sigma,
                                  per_cell=per_cell, allow_model_masks=allow_model_masks,
-                                 allow_restricted_licenses=allow_restricted_licenses)
+                                 allow_restricted_licenses=allow_restricted_licenses, workers=workers)
     with progress() as bar:
         record = intervene(directory, out_dir, settings, run_name=run_name, overwrite=overwrite,
                            progress=StageProgress(bar))
@@ -75,7 +78,9 @@ def intervene_cmd(directory: Path, out_dir: Path, split_run: str | None, variant
 @click.option("--control-threshold", type=float, default=0.05, show_default=True,
               help="Flag a class whose paste control loses more than this (a fraction: 0.05 = 5 points).")
 @click.option("--classes", "show_classes", is_flag=True, help="Also print the per-class table of each model.")
-@run_options
+@click.option("--run-name", default=None,
+              help="Run folder name under DIR/runs/ (default: attribution-<intervention>-<UTC time>).")
+@click.option("--overwrite", is_flag=True, help="Replace an existing run of that name (refused otherwise).")
 def attribution_cmd(directory: Path, runs: str | None, intervention: str | None, n_boot: int, seed: int,
                     control_threshold: float, show_classes: bool, run_name: str | None, overwrite: bool) -> None:
     """Split each model's drop on an intervention folder into the background's part and the rest."""

@@ -33,9 +33,12 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 import logging
-from collections import Counter
+import os
+from collections import Counter, deque
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -99,9 +102,12 @@ class InterveneSettings:
     statuses: tuple[str, ...] = ("candidate", "accepted")
     allow_model_masks: bool = False
     allow_restricted_licenses: bool = False
+    workers: int | None = None  # threads making images (None: up to 4, one per core); never changes the output
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "variants", parse_variants(self.variants))
+        if self.workers is not None and self.workers < 1:
+            raise ValueError(f"--workers must be >= 1, got {self.workers}")
         if self.swaps < 1:
             raise ValueError(f"--swaps must be >= 1, got {self.swaps}")
         if self.adversarial_backgrounds < 0:
@@ -116,8 +122,10 @@ class InterveneSettings:
             raise ValueError(f"--match-pool must be >= 1, got {self.match_pool}")
 
     def to_dict(self) -> dict[str, Any]:
+        """The settings that decide the images (``workers`` does not, so it is not recorded)."""
         data = asdict(self)
         data["variants"], data["statuses"] = list(self.variants), list(self.statuses)
+        del data["workers"]
         return data
 
 
@@ -161,11 +169,11 @@ def _scope(ds: Any, settings: InterveneSettings) -> tuple[list[dict[str, Any]], 
                          "(COCO, curate propose-masks + curate review) first")
     kept = []
     for row in trusted:
-        code = normalize_license(row["license"]) if row["license"] else None
+        code = normalize_license(row["license"])  # no licence = all rights reserved (iNaturalist's meaning)
         if code in RESTRICTED and not settings.allow_restricted_licenses:
             skipped["license_restricted"] += 1
             continue
-        kept.append({**row, "license": code or "all-rights-reserved"})
+        kept.append({**row, "license": code})
     if settings.per_cell is not None:
         kept = _cap(kept, settings.per_cell, settings.seed)
     return kept, skipped, masks
@@ -272,21 +280,36 @@ def intervene(dataset: Any, out: str | Path, settings: InterveneSettings | None 
     plan, missing = plan_donors(sources, settings.variants, seed=settings.seed, swaps=settings.swaps,
                                 match_pool=settings.match_pool, adversarial=adversarial)
     target = _open_out(ds, out, identity, name)
+    # the folder's identity before its first image: an interrupted run (images committed, no record)
+    # is then recognised, and finished, by the same call
+    target.record_provenance(PROVENANCE_KEY, {**identity, "run": name})
     by_source: dict[str, list[Assignment]] = {}
     for assignment in plan:
         by_source.setdefault(assignment.source.sample_id, []).append(assignment)
     maker = _Maker(ds, settings, {r["sample_id"]: r for r in photos_ok})
     variant_rows: list[dict[str, Any]] = []
-    produced: dict[str, str] = {}  # source_id of each NewSample -> its sample id
 
     def items() -> Iterator[Any]:
-        for i, source in enumerate(sources):
-            report(progress, i, len(sources), "making variants")
-            for sample, row in maker.variants_of(source, by_source.get(source.sample_id, []), skipped):
-                produced[sample.source_id] = row["sample_id"]
-                variant_rows.append(row)
-                yield sample
-        report(progress, len(sources), len(sources), "making variants")
+        # images are made in threads (PNG encoding and numpy release the GIL) and consumed in source
+        # order, a bounded window ahead, so the folder and the table come out the same for any --workers
+        workers = settings.workers or max(1, min(4, os.cpu_count() or 1))
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            window: deque[Any] = deque()
+            pending = iter(sources)
+            for source in itertools.islice(pending, 2 * workers):
+                window.append(pool.submit(maker.variants_of, source, by_source.get(source.sample_id, [])))
+            done = 0
+            while window:
+                made, reasons = window.popleft().result()
+                source = next(pending, None)
+                if source is not None:
+                    window.append(pool.submit(maker.variants_of, source, by_source.get(source.sample_id, [])))
+                skipped.update(reasons)
+                for sample, row in made:
+                    variant_rows.append(row)
+                    yield sample
+                done += 1
+                report(progress, done, len(sources), "making variants")
 
     added = target.add_samples(items(), actor="intervene")
     if added.quarantined:  # the store refused an image (a bug in the maker): leave its rows out, say so
@@ -325,6 +348,12 @@ def _sources(ds: Any, rows: list[dict[str, Any]], settings: InterveneSettings, s
         if mask is None:
             skipped[str(reason).split(":")[0]] += 1
             continue
+        try:  # a photo that does not even open is no source and no donor (its header only: cheap)
+            with Image.open(ds.image_path(row)):
+                pass
+        except (OSError, ValueError, Image.DecompressionBombError):
+            skipped["image_unreadable"] += 1
+            continue
         margin = ops.hole_margin(mask.shape, margin_share) if margin_share > 0 else 0
         can_donate = not ops.object_hole(mask, margin).all()
         sources.append(Source(row["sample_id"], int(row["class_index"]), str(row["group"]), str(row["license"]),
@@ -347,8 +376,14 @@ class _Maker:
             text = str(error)
             return text if text in ("mask_size", "mask_missing", "empty_mask") else f"image_unreadable: {text}"
 
-    def variants_of(self, source: Source, assignments: list[Assignment], skipped: Counter
-                    ) -> Iterator[tuple[Any, dict[str, Any]]]:
+    def variants_of(self, source: Source, assignments: list[Assignment]) -> tuple[list[tuple[Any, dict[str, Any]]], Counter]:
+        """Every image of one photo (its own variants, then its donor variants) and the reasons of
+        what could not be made."""
+        skipped: Counter = Counter()
+        return list(self._variants(source, assignments, skipped)), skipped
+
+    def _variants(self, source: Source, assignments: list[Assignment], skipped: Counter
+                  ) -> Iterator[tuple[Any, dict[str, Any]]]:
         photo = self.photo(source.sample_id)
         if isinstance(photo, str):
             skipped[photo.split(":")[0]] += 1
