@@ -1,0 +1,334 @@
+"""The drop decomposition's formulas on hand-built tables, the derived licence, and the records.
+
+Formula level only (:mod:`curate.interventions.attribution`, :func:`curate.licenses.derivative_licence`,
+:mod:`curate.runs.attribution`, :mod:`curate.runs.interventions`): no images, no model. The stage
+and the CLI are tested in tests/test_intervene.py.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from curate.interventions.attribution import COLUMNS, STATISTICS, PhotoTable, attribute, photo_table, rfs
+from curate.licenses import derivative_licence
+from curate.runs.attribution import AttributionRun, ClassRow, ModelAttribution
+from curate.runs.base import RunError
+from curate.runs.interventions import VARIANT_COLUMNS, InterventionRun, variants_table
+
+NAN = float("nan")
+
+
+def _table(photos: list[tuple[int, str, dict[str, float]]]) -> PhotoTable:
+    """A PhotoTable from (class, group, {variant: value}) per photo (absent variants are NaN)."""
+    values = np.full((len(photos), len(COLUMNS)), np.nan)
+    for i, (_, _, vals) in enumerate(photos):
+        for variant, value in vals.items():
+            values[i, COLUMNS.index(variant)] = value
+    return PhotoTable([f"p{i:03d}" for i in range(len(photos))], np.array([c for c, _, _ in photos], dtype=np.int64),
+                      np.array([g for _, g, _ in photos], dtype=object), values)
+
+
+def _cell(c: int, group: str, originals: list[int], swaps: list[float] | None = None,
+          **more: list[float]) -> list[tuple[int, str, dict[str, float]]]:
+    out = []
+    for i, original in enumerate(originals):
+        vals = {"original": float(original)}
+        if swaps is not None:
+            vals["swap"] = float(swaps[i])
+        for key, column in more.items():
+            vals[key.replace("_", "-")] = float(column[i])
+        out.append((c, group, vals))
+    return out
+
+
+def _hand_table() -> PhotoTable:
+    """Class 0: easy .75, hard .5, hard-on-easy .75 (D .25, B .25, rest 0).
+    Class 1: easy .5, hard .25, hard-on-easy .25 (D .25, B 0, rest .25)."""
+    return _table(_cell(0, "easy", [1, 1, 1, 0]) + _cell(0, "hard", [0, 0, 1, 1], [1, 1, 1, 0])
+                  + _cell(1, "easy", [1, 1, 0, 0]) + _cell(1, "hard", [0, 0, 0, 1], [1, 0, 0, 0]))
+
+
+EXPECTED = {
+    0: {"easy": 0.75, "hard": 0.5, "drop": 0.25, "hard_on_easy": 0.75, "background_part": 0.25, "rest": 0.0},
+    1: {"easy": 0.5, "hard": 0.25, "drop": 0.25, "hard_on_easy": 0.25, "background_part": 0.0, "rest": 0.25},
+}
+
+
+# --------------------------------------------------------------------------- attribute()
+def test_hand_computed_decomposition_per_class_and_overall() -> None:
+    classes, overall, overall_ci, used = attribute(_hand_table(), n_boot=400, seed=3)
+    assert [c.class_index for c in classes] == [0, 1] and used == 2
+    for c in classes:
+        assert (c.n_easy, c.n_hard, c.reason) == (4, 4, "")
+        for key, value in EXPECTED[c.class_index].items():
+            assert c.values[key] == pytest.approx(value), (c.class_index, key)
+        assert c.values["drop"] == pytest.approx(c.values["background_part"] + c.values["rest"], abs=1e-12)
+        for key in ("easy", "hard", "drop", "background_part", "rest"):
+            low, high = c.intervals[key]
+            assert low <= c.values[key] + 1e-12 and c.values[key] - 1e-12 <= high, (c.class_index, key)
+    for key in ("easy", "hard", "drop", "hard_on_easy", "background_part", "rest"):
+        assert overall[key] == pytest.approx((EXPECTED[0][key] + EXPECTED[1][key]) / 2), key
+    assert overall["drop"] == pytest.approx(0.25) and overall["background_part"] == pytest.approx(0.125)
+    assert overall["drop"] == pytest.approx(overall["background_part"] + overall["rest"], abs=1e-12)
+    for key in ("drop", "background_part", "rest"):
+        low, high = overall_ci[key]
+        assert low <= overall[key] <= high and low < high, key
+    # nothing else was scored: the anchors' numbers are undefined, not zero
+    assert math.isnan(overall["only_fg"]) and math.isnan(overall["rfs"]) and math.isnan(overall["paste_cost"])
+
+
+def test_class_without_hard_photos_or_swaps_is_left_out_of_the_overall_decomposition() -> None:
+    table = _table(_cell(0, "easy", [1, 1, 1, 0]) + _cell(0, "hard", [0, 0, 1, 1], [1, 1, 1, 0])
+                   + _cell(1, "easy", [1, 0, 1])  # no hard photo
+                   + _cell(2, "easy", [1, 1]) + _cell(2, "hard", [0, 1]))  # hard photos without swaps
+    classes, overall, _, used = attribute(table, n_boot=50, seed=0)
+    by = {c.class_index: c for c in classes}
+    assert used == 1
+    assert by[1].reason == "no hard photo with a usable mask" and by[1].n_hard == 0
+    assert all(math.isnan(by[1].values[k]) for k in ("hard", "drop", "background_part", "rest"))
+    assert all(math.isnan(v) for v in by[1].intervals["drop"])
+    assert by[1].values["easy"] == pytest.approx(2 / 3)
+    assert "swap" in by[2].reason and by[2].values["drop"] == pytest.approx(0.5)
+    assert math.isnan(by[2].values["background_part"]) and math.isnan(by[2].values["rest"])
+    # overall D, B, rest over class 0 only (the only class where all three are defined): D = B + rest
+    assert (overall["drop"], overall["background_part"], overall["rest"]) == pytest.approx((0.25, 0.25, 0.0))
+    # easy is defined for every class: its overall is the mean over all three
+    assert overall["easy"] == pytest.approx((0.75 + 2 / 3 + 1.0) / 3)
+
+
+def test_class_without_easy_photos_says_so() -> None:
+    classes, _, _, used = attribute(_table(_cell(0, "hard", [0, 1], [1, 1])), n_boot=20)
+    assert used == 0 and classes[0].reason == "no easy photo with a usable mask"
+
+
+def test_paste_cost_bg_gap_and_pooled_anchors() -> None:
+    # originals [1, 1, 0, 1], paste [0, 1, 0, NaN]: paired differences 1, 0, 0 -> 1/3 (the unpasted photo is left out)
+    photos = [(0, "easy", {"original": 1, "paste": 0, "mixed-same": 1, "mixed-rand": 0, "only-fg": 1}),
+              (0, "easy", {"original": 1, "paste": 1, "mixed-same": 1, "mixed-rand": 1, "only-fg": 0}),
+              (0, "hard", {"original": 0, "paste": 0, "mixed-same": 1, "mixed-rand": 0, "only-fg": 0}),
+              (0, "hard", {"original": 1, "mixed-same": 0, "mixed-rand": 0, "only-fg": 0})]
+    classes, overall, _, _ = attribute(_table(photos), n_boot=50)
+    values = classes[0].values
+    assert values["paste_cost"] == pytest.approx(1 / 3)
+    assert values["mixed_same"] == pytest.approx(0.75) and values["mixed_rand"] == pytest.approx(0.25)
+    assert values["bg_gap"] == pytest.approx(0.5)
+    assert values["only_fg"] == pytest.approx(0.25)  # pooled over both groups
+    assert overall["paste_cost"] == pytest.approx(1 / 3) and overall["bg_gap"] == pytest.approx(0.5)
+
+
+def test_noisy_accuracies_give_the_class_rfs() -> None:
+    photos = [(0, g, {"original": 1, "noise-bg": bg, "noise-fg": fg})
+              for g, bg, fg in (("easy", 1, 1), ("easy", 1, 0), ("hard", 1, 1), ("hard", 1, 0), ("hard", 0.5, 0.5))]
+    # noisy_bg = 4.5 / 5 = .9, noisy_fg = 2.5 / 5 = .5
+    classes, overall, _, _ = attribute(_table(photos), n_boot=20)
+    assert classes[0].values["noisy_bg"] == pytest.approx(0.9) and classes[0].values["noisy_fg"] == pytest.approx(0.5)
+    assert classes[0].values["rfs"] == pytest.approx(0.4 / 0.6) == pytest.approx(rfs(0.9, 0.5))
+    assert overall["rfs"] == pytest.approx(0.4 / 0.6)
+
+
+@pytest.mark.parametrize(("bg", "fg", "expected"), [
+    (0.9, 0.5, 0.4 / 0.6), (0.5, 0.9, -0.4 / 0.6), (1.0, 0.0, 1.0), (0.0, 1.0, -1.0), (0.2, 0.2, 0.0),
+    (0.0, 0.0, NAN), (1.0, 1.0, NAN), (NAN, 0.5, NAN), (0.5, math.inf, NAN),
+])
+def test_rfs_hand_cases(bg: float, fg: float, expected: float) -> None:
+    value = rfs(bg, fg)
+    if math.isnan(expected):
+        assert math.isnan(value)
+    else:
+        assert value == pytest.approx(expected)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.floats(0, 1), st.floats(0, 1))
+def test_rfs_is_within_minus_one_and_one(bg: float, fg: float) -> None:
+    value = rfs(bg, fg)
+    a = (bg + fg) / 2
+    if min(a, 1 - a) <= 0:
+        assert math.isnan(value)
+    else:
+        assert -1 - 1e-12 <= value <= 1 + 1e-12
+        assert (value > 0) == (bg > fg) or value == 0
+
+
+def test_bootstrap_is_deterministic_for_a_seed() -> None:
+    def intervals(result) -> list:  # NaN as None, so that equal results compare equal
+        classes, _, overall_ci, _ = result
+        return [{k: tuple(None if math.isnan(x) else x for x in v) for k, v in ci.items()}
+                for ci in [overall_ci, *(c.intervals for c in classes)]]
+
+    first = intervals(attribute(_hand_table(), n_boot=200, seed=11))
+    assert first == intervals(attribute(_hand_table(), n_boot=200, seed=11))
+    assert None not in first[0]["drop"] and first[0]["only_fg"] == (None, None)
+    assert first != intervals(attribute(_hand_table(), n_boot=200, seed=12))  # the seed does drive the draws
+
+
+@st.composite
+def _random_tables(draw) -> PhotoTable:
+    photos = []
+    for c in range(draw(st.integers(1, 4))):
+        for group in ("easy", "hard"):
+            for _ in range(draw(st.integers(1, 6))):
+                photos.append((c, group, {"original": draw(st.sampled_from([0.0, 1.0])),
+                                          "swap": draw(st.sampled_from([0.0, 0.5, 1.0]))}))
+    return _table(photos)
+
+
+@settings(max_examples=40, deadline=None)
+@given(_random_tables(), st.integers(0, 2**16))
+def test_drop_is_background_part_plus_rest_for_random_data(table: PhotoTable, seed: int) -> None:
+    classes, overall, overall_ci, used = attribute(table, n_boot=10, seed=seed)
+    assert used == len(classes)
+    for c in classes:
+        values = [c.values[k] for k in ("drop", "background_part", "rest")]
+        assert all(math.isfinite(v) for v in values) and c.reason == ""
+        assert values[0] == pytest.approx(values[1] + values[2], abs=1e-12)
+        assert -1 <= values[0] <= 1 and -1 <= values[1] <= 1
+    assert overall["drop"] == pytest.approx(overall["background_part"] + overall["rest"], abs=1e-12)
+    assert all(math.isfinite(x) for k in ("drop", "background_part", "rest") for x in overall_ci[k])
+
+
+# --------------------------------------------------------------------------- photo_table()
+def test_photo_table_joins_variants_with_correctness() -> None:
+    rows, correct = [], {}
+
+    def image(photo: str, variant: str, ok: bool, c: int = 0, group: str = "hard") -> None:
+        sid = f"{photo}-{variant}-{len(rows)}"
+        rows.append({"sample_id": sid, "variant": variant, "source_sample_id": photo, "class_index": c, "group": group})
+        correct[sid] = ok
+
+    image("a", "original", True)
+    for ok in (True, True, True):
+        image("a", "adversarial", ok)
+    image("b", "original", False, group="easy")
+    for ok in (True, False, True):
+        image("b", "adversarial", ok, group="easy")
+    image("b", "swap", True, group="easy")
+    image("b", "swap", False, group="easy")  # two swap donors: their mean
+    image("c", "swap", True)  # c's original was not scored (below): c is left out
+    rows.append({"sample_id": "c-original", "variant": "original", "source_sample_id": "c", "class_index": 0,
+                 "group": "hard"})
+    rows.append({"sample_id": "unscored", "variant": "paste", "source_sample_id": "a", "class_index": 0,
+                 "group": "hard"})
+    table = photo_table(rows, correct)
+    assert table.photo_ids == ["a", "b"]
+    assert list(table.groups) == ["hard", "easy"] and list(table.classes) == [0, 0]
+    col = {name: i for i, name in enumerate(COLUMNS)}
+    assert table.values[0, col["adversarial"]] == 1.0 and table.values[1, col["adversarial"]] == 0.0
+    assert table.values[1, col["swap"]] == 0.5 and math.isnan(table.values[0, col["swap"]])
+    assert math.isnan(table.values[0, col["paste"]])  # an image the evaluation did not score
+    assert (table.values[0, col["original"]], table.values[1, col["original"]]) == (1.0, 0.0)
+    assert len(table.cell(0, "easy")) == 1 and len(table.cell(0, "hard")) == 1
+    assert photo_table(rows, {}).photo_ids == []
+
+
+# --------------------------------------------------------------------------- derivative_licence
+@pytest.mark.parametrize(("codes", "expected"), [
+    (("cc-by", "cc-by-nc"), "cc-by-nc"),
+    (("cc-by-nc", "cc-by"), "cc-by-nc"),
+    (("cc0", "pd"), "pd"),
+    (("cc-by-sa", "cc-by"), "cc-by-sa"),
+    (("cc0", "cc-by-sa"), "cc-by-sa"),
+    (("cc-by-sa", "cc-by-nc-sa"), None),
+    (("cc-by-sa", "cc-by-nc"), None),
+    (("mit", "cc-by"), None),
+    (("cc-by", "cc-by"), "cc-by"),
+    (("cc-by-nc-sa",), "cc-by-nc-sa"),
+    ((), None),
+])
+def test_derivative_licence(codes: tuple[str, ...], expected: str | None) -> None:
+    assert derivative_licence(codes) == expected
+
+
+# --------------------------------------------------------------------------- the records
+def _model(run: str, threshold: float = 0.05) -> ModelAttribution:
+    table = _hand_table()
+    table.values[:, COLUMNS.index("paste")] = table.values[:, COLUMNS.index("original")]
+    table.values[0, COLUMNS.index("paste")] = 0.0  # class 0 loses one of 8 photos to the paste: 12.5 points
+    classes, overall, overall_ci, used = attribute(table, n_boot=100, seed=0)
+    rows = tuple(ClassRow(c.class_index, f"class{c.class_index}", c.n_easy, c.n_hard, c.values, c.intervals, c.reason,
+                          "paste control loses" if c.values["paste_cost"] > threshold else "")
+                 for c in classes)
+    return ModelAttribution(run, f"model-{run}", f"id-{run}", "clip", "imagenet1k", 0.001, overall, overall_ci, used,
+                            rows)
+
+
+def test_attribution_run_round_trip(tmp_path) -> None:
+    record = AttributionRun(intervention={"run": "intervene", "source_name": "world", "sigma": 0.25},
+                            settings={"n_boot": 100, "seed": 0, "control_threshold": 0.05},
+                            models=[_model("a"), _model("b")])
+    run_dir = record.write(tmp_path / "runs" / "attribution")
+    loaded = AttributionRun.load(run_dir)
+    assert [m.run for m in loaded.models] == ["a", "b"] and loaded.threshold == 0.05
+    for mine, theirs in zip(record.models, loaded.models):
+        assert theirs.classes_used == 2 and theirs.model == mine.model and theirs.chance == pytest.approx(0.001)
+        for k in STATISTICS:
+            a, b = mine.value(k), theirs.value(k)
+            assert (math.isnan(a) and math.isnan(b)) or b == pytest.approx(a, abs=1e-6), k
+            assert theirs.interval(k) == pytest.approx(mine.interval(k), abs=1e-6, nan_ok=True), k
+        assert [c.label for c in theirs.classes] == ["0 class0", "1 class1"]
+        assert [bool(c.flag) for c in theirs.classes] == [True, False] and len(theirs.flagged) == 1
+        assert theirs.classes[0].values["paste_cost"] == pytest.approx(0.125)
+    assert loaded.model("model-b").run == "b" and loaded.model("id-a").run == "a"
+    with pytest.raises(KeyError):
+        loaded.model("nobody")
+    markdown = (run_dir / AttributionRun.MARKDOWN).read_text()
+    for header in ("drop D", "background B", "rest D - B", "paste control", "only-FG", "mixed-rand", "## model-a"):
+        assert header in markdown, header
+    rows = list(csv.DictReader(io.StringIO((run_dir / AttributionRun.CSV).read_text())))
+    assert [r["run"] for r in rows if r["class_index"] == "all"] == ["a", "b"]
+    assert len(rows) == 2 * 3
+    everything = next(r for r in rows if r["class_index"] == "all" and r["run"] == "a")
+    assert float(everything["drop"]) == pytest.approx(0.25) and everything["rfs"] == ""  # NaN is an empty cell
+    assert (everything["n_easy"], everything["n_hard"]) == ("8", "8")
+    saved = json.loads((run_dir / AttributionRun.RESULTS).read_text())
+    assert saved["models"][0]["overall"]["rfs"]["value"] is None  # NaN is written as null, not as NaN
+    with pytest.raises(RunError, match="not 'intervene'"):
+        InterventionRun.load(run_dir)
+
+
+def _variant_rows() -> list[dict]:
+    return [
+        {"sample_id": "s2", "variant": "swap", "source_sample_id": "p1", "class_index": 3, "group": "hard", "k": 0,
+         "donor_sample_id": "p2", "donor_class_index": 3, "donor_group": "easy", "background": "grass",
+         "filled_fraction": 0.1, "fill": "tile-left", "license": "cc-by-nc"},
+        {"sample_id": "s1", "variant": "original", "source_sample_id": "p1", "class_index": 3, "group": "hard",
+         "background": "sand", "license": "cc-by"},
+    ]
+
+
+def test_intervention_run_round_trip(tmp_path) -> None:
+    record = InterventionRun(config={"source": {"root": "/x", "name": "world", "split": None},
+                                     "settings": {"sigma": 0.3, "seed": 4}, "counts": {"sources": 1, "images": 2},
+                                     "masks": {"exact": 1}, "truth": False},
+                             variants_rows=variants_table(_variant_rows()))
+    run_dir = record.write(tmp_path / "runs" / "intervene")
+    loaded = InterventionRun.load(run_dir)
+    assert loaded.counts == {"sources": 1, "images": 2} and loaded.sigma == 0.3 and not loaded.is_truth
+    assert loaded.source["name"] == "world" and loaded.masks == {"exact": 1}
+    rows = loaded.rows()
+    assert [r["variant"] for r in rows] == ["original", "swap"]  # sorted by (source, variant, k)
+    assert list(rows[0]) == [name for name, _ in VARIANT_COLUMNS]
+    assert rows[0]["donor_sample_id"] is None and rows[0]["k"] is None
+    assert rows[1]["donor_sample_id"] == "p2" and rows[1]["filled_fraction"] == pytest.approx(0.1)
+    assert loaded.variant_counts() == {"original": 1, "swap": 1}
+    assert InterventionRun.of_folder(tmp_path).run_dir == run_dir
+    with pytest.raises(RunError, match="not 'attribution'"):
+        AttributionRun.load(run_dir)
+
+
+def test_intervention_records_refuse_a_bad_shape_and_a_missing_record(tmp_path) -> None:
+    with pytest.raises(RunError, match="curate intervene"):
+        InterventionRun.of_folder(tmp_path)
+    broken = InterventionRun(config={"source": {}, "settings": {}}, variants_rows=variants_table([]))
+    run_dir = broken.write(tmp_path / "runs" / "broken")
+    with pytest.raises(RunError, match="counts"):
+        InterventionRun.load(run_dir)
+    with pytest.raises(RunError, match="variants table"):
+        InterventionRun(config={"source": {}, "settings": {}, "counts": {}}).write(tmp_path / "runs" / "empty")
