@@ -12,6 +12,11 @@ The split's reference model chose easy and hard to maximise its own drop, so its
 split is in-sample (the paper reports it the same way): such rows are flagged, with the split's
 selection-corrected (cross-fitted) drop beside them when the split run has one.
 
+Re-runs: by default a model counts once per setup (model id, label space, prompts): its NEWEST
+run (:func:`newest_runs`, the rule ``curate report`` uses too); the older runs are left out,
+each named with the run that repeats it (:class:`Repeat`, :func:`repeats_note`), and the fits
+are over the runs kept. Runs named explicitly are all shown.
+
 Writes ``compare.md``, ``compare.csv`` and ``compare.png`` (the scatter with each family's fit
 and y = x).
 """
@@ -23,7 +28,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -33,8 +38,8 @@ from curate.runs import EvaluationRun, RunError, iter_runs, write_bytes
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["RunRow", "load_rows", "fit_groups", "compare_runs", "drop_text", "to_markdown", "to_csv", "scatter_png",
-           "split_reference", "flag_in_sample"]
+__all__ = ["RunRow", "Repeat", "load_rows", "newest_runs", "repeats_note", "fit_groups", "compare_runs", "drop_text",
+           "to_markdown", "to_csv", "scatter_png", "split_reference", "flag_in_sample"]
 
 NAN = float("nan")
 
@@ -68,6 +73,45 @@ class RunRow:
     @property
     def setup_text(self) -> str:
         return f"{self.family} · {self.label_space} · {self.prompts}"
+
+    @property
+    def model_setup(self) -> tuple[str, str, str]:
+        """(model id, label space, prompts): runs with the same key repeat one measurement."""
+        return (self.model_id, self.label_space, self.prompts)
+
+
+class Repeat(NamedTuple):
+    """An older evaluation run left out because ``kept``, a newer run of the same model and setup, is shown."""
+
+    run: str
+    kept: str
+
+
+def newest_runs(rows: Sequence[RunRow]) -> tuple[list[RunRow], list[Repeat]]:
+    """One row per :attr:`RunRow.model_setup`: the newest run's; and the older runs left out.
+
+    ``rows`` are oldest first (the order of :func:`curate.runs.list_runs`: by the run folder's
+    modification time), as :func:`load_rows` reads them. The rows kept keep their order; the
+    repeats come in the order of ``rows``.
+    """
+    newest: dict[tuple[str, str, str], RunRow] = {}
+    for r in rows:
+        newest[r.model_setup] = r
+    kept = [r for r in rows if newest[r.model_setup] is r]
+    repeats = [Repeat(r.run, newest[r.model_setup].run) for r in rows if newest[r.model_setup] is not r]
+    return kept, repeats
+
+
+def repeats_note(repeats: Sequence[Repeat], *, markdown: bool = True) -> str:
+    """The sentence that counts and names the runs left out as repeats ("" when none):
+    ``2 older runs of the same model and setup not shown (the newest run of each is): `a` (repeats `c`), ...``
+    (``markdown`` False: run names without backticks)."""
+    if not repeats:
+        return ""
+    q = "`" if markdown else ""
+    n = len(repeats)
+    return (f"{n} older run{'s' if n != 1 else ''} of the same model and setup not shown (the newest run of each is): "
+            + ", ".join(f"{q}{r.run}{q} (repeats {q}{r.kept}{q})" for r in repeats) + ".")
 
 
 def split_reference(dataset_root: Path):
@@ -111,11 +155,15 @@ def _row(run: EvaluationRun, scale: str) -> RunRow:
 
 
 def load_rows(dataset_root: Path, runs: Sequence[str] | None = None, *, er_scale: str = "logit",
-              notes: list[str] | None = None) -> list[RunRow]:
-    """One row per evaluation run with groups; effective robustness fitted per :attr:`RunRow.setup`.
+              notes: list[str] | None = None, repeats: list[Repeat] | None = None,
+              all_runs: bool = False) -> list[RunRow]:
+    """Rows of the evaluation runs with groups; effective robustness fitted per :attr:`RunRow.setup`
+    over the rows returned.
 
-    Runs without groups are left out (logged); unreadable runs are left out and described in
-    ``notes`` when a list is given.
+    With ``runs`` None, one row per model and setup: the newest run (:func:`newest_runs`); the
+    older runs are appended to ``repeats`` when a list is given (``all_runs``: every run, no
+    repeat left out). With ``runs``, exactly those runs. Runs without groups are left out
+    (logged); unreadable runs are left out and described in ``notes`` when a list is given.
     """
     if er_scale not in SCALES:
         raise ValueError(f"--er-scale must be one of {', '.join(SCALES)}, got {er_scale!r}")
@@ -136,6 +184,10 @@ def load_rows(dataset_root: Path, runs: Sequence[str] | None = None, *, er_scale
         missing = sorted(set(runs) - {r.run for r in rows})
         if missing:
             raise ValueError(f"no evaluation run with groups named {', '.join(missing)} in {dataset_root}/runs")
+    elif not all_runs:
+        rows, left_out = newest_runs(rows)
+        if repeats is not None:
+            repeats.extend(left_out)
     fit_groups(rows, er_scale)
     flag_in_sample(rows, split_reference(dataset_root))
     return rows
@@ -165,8 +217,9 @@ COLUMNS = ("model", "family", "label space", "prompts", "easy", "hard", "drop", 
            "n hard", "run")
 
 
-def to_markdown(rows: Sequence[RunRow]) -> str:
-    """Table 2 style: accuracies in %, drop in points, 95% intervals in brackets, ER with its scale."""
+def to_markdown(rows: Sequence[RunRow], repeats: Sequence[Repeat] = ()) -> str:
+    """Table 2 style: accuracies in %, drop in points, 95% intervals in brackets, ER with its scale;
+    the runs left out as ``repeats`` counted and named below."""
     scale = rows[0].er_scale if rows else "logit"
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for r in sorted(rows, key=lambda r: (r.setup, -r.easy)):
@@ -182,6 +235,8 @@ def to_markdown(rows: Sequence[RunRow]) -> str:
         notes.append("In-sample: the split's reference model chose easy and hard to maximise its own drop, so its drop "
                      "on this split is inflated by that selection (papers/003 reports it the same way); the corrected "
                      "figure chooses easy/hard on one fold of the images and measures on the other (`curate split`).")
+    if repeats:
+        notes.append(repeats_note(repeats))
     return "\n".join(lines) + "\n\n" + "\n\n".join(notes) + "\n"
 
 
@@ -236,14 +291,21 @@ def scatter_png(rows: Sequence[RunRow], title: str = "easy vs hard (balanced top
 
 
 def compare_runs(dataset_root: Path, out_dir: Path | None = None, runs: Sequence[str] | None = None, *,
-                 er_scale: str = "logit") -> tuple[list[RunRow], Path]:
-    """Write compare.md / .csv / .png to ``out_dir`` (default ``DIR/runs/compare``)."""
-    rows = load_rows(dataset_root, runs, er_scale=er_scale)
+                 er_scale: str = "logit", repeats: list[Repeat] | None = None) -> tuple[list[RunRow], Path]:
+    """Write compare.md / .csv / .png to ``out_dir`` (default ``DIR/runs/compare``).
+
+    The rows are :func:`load_rows`'s: without ``runs``, the newest run of each model and setup;
+    the older runs left out are named in ``compare.md`` and appended to ``repeats`` when a list
+    is given (:func:`repeats_note` words them)."""
+    left_out: list[Repeat] = []
+    rows = load_rows(dataset_root, runs, er_scale=er_scale, repeats=left_out)
+    if repeats is not None:
+        repeats.extend(left_out)
     if not rows:
         raise ValueError(f"{dataset_root} has no evaluation runs with easy/hard groups to compare "
                          "(run `curate evaluate` after the split)")
     out_dir = Path(out_dir) if out_dir else Path(dataset_root) / "runs" / "compare"
-    write_bytes(out_dir / "compare.md", to_markdown(rows).encode())
+    write_bytes(out_dir / "compare.md", to_markdown(rows, left_out).encode())
     write_bytes(out_dir / "compare.csv", to_csv(rows).encode())
     write_bytes(out_dir / "compare.png", scatter_png(rows))
     return rows, out_dir

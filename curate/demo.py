@@ -192,8 +192,11 @@ def run_full_demo(workdir: Path, settings: DemoSettings | None = None, **callbac
     eval_ds = Dataset.open(eval_root)
     common = {c.imagenet_index: c.common_background for c in world_spec_of(eval_ds).classes}
     planted = sum(1 for s in split.kept if s.easy == common.get(s.class_index))
+    tied = sum(1 for s in split.kept if s.easy != common.get(s.class_index) and common.get(s.class_index) in s.easy_ties)
     say(f"split with the p={reference.p:g} model: {len(split.kept)} of {len(split.classes)} classes kept; easy = the "
-        f"planted common background for {planted} of them; {split.noise_summary.text}; reference drop "
+        f"planted common background for {planted} of them"
+        + (f" (tied with the chosen one for {tied} more: split.md lists the ties)" if tied else "")
+        + f"; {split.noise_summary.text}; reference drop "
         f"{split.reference_drop_text()}")
     names = [eval_ds.label_space.name_of(c) for c in sorted({r["class_index"] for r in eval_ds.rows()})]
     world_labels = workdir / "labels-world.txt"

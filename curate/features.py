@@ -10,32 +10,42 @@ preprocessing, kind, dimension, format version, and the sample ids in row order)
 array file it names (``values-<token>.npy``, float32): the compacted base. While a run
 encodes, every finished shard of outputs goes to its own ``shard-<token>.npz`` (sample ids,
 values and the record, written atomically), so a run that is killed keeps every shard it
-finished and the next run encodes only what is missing. At the end of a run the base and the
+finished and the next run encodes only what is missing. A run that is interrupted (Ctrl-C, or
+SIGTERM, which is turned into the same ``KeyboardInterrupt`` while images are encoded) first
+writes every batch it finished as one more shard, then stops. At the end of a run the base and the
 shards are merged into a new base (new array file, then ``index.json`` replaced atomically,
 then the shards deleted; a crash in between leaves duplicates, which readers drop: an id
 always names the same pixels, so both copies hold the same output). A cache or shard whose
 record does not match (another model, another preprocessing, an older format) is never
 reused. Which engine encodes (in-process or Ray Data, :mod:`curate.engine`) does not change
-the cache: both write the same shards.
+the cache: both write the same shards. The engines never import this module: what they run per
+batch is in :mod:`curate.engine.images` and :mod:`curate.engine.identity`, which this module
+imports (and re-exports: ``preprocessing_fingerprint``, ``default_workers``).
 
 Images that fail to decode at this stage, and outputs with NaN/inf, are reported with a
 reason and left out (not cached), so callers can count and exclude them.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
-import os
+import signal
+import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from curate.engine.identity import preprocessing_fingerprint
+from curate.engine.images import ImageFiles as _ImageFiles
+from curate.engine.images import default_workers
+from curate.engine.images import model_output as _model_output
 from curate.runs import slug, write_bytes, write_json
 
 if TYPE_CHECKING:  # torch is imported where images are encoded, so reading the cache imports no torch
@@ -56,18 +66,10 @@ class Features:
     values: np.ndarray  # (N, D) float32
     failed: dict[str, str] = field(default_factory=dict)  # sample id -> reason
     computed: int = 0  # how many were encoded in this call (0 = all from cache)
+    cached: int = 0  # how many came from the cache (computed + cached = the distinct ids asked for)
 
     def row_of(self) -> dict[str, int]:
         return {sid: i for i, sid in enumerate(self.sample_ids)}
-
-
-def preprocessing_fingerprint(model) -> str:
-    """A stable description of the model's eval transform (part of the cache key).
-
-    A model not yet loaded (:class:`curate.engine.identity.LazyModel`) carries the fingerprint
-    recorded when it was last loaded, so looking the cache up does not load it."""
-    recorded = getattr(model, "preprocess_fingerprint", None)
-    return recorded if isinstance(recorded, str) else repr(model.preprocess)
 
 
 def cache_key(model, kind: str) -> str:
@@ -76,49 +78,10 @@ def cache_key(model, kind: str) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:20]
 
 
-class _ImageFiles:
-    """Decodes and preprocesses images; a failure yields a zero tensor and its reason.
-
-    A map-style dataset for ``torch.utils.data.DataLoader`` (``__len__`` + ``__getitem__``; no
-    ``Dataset`` base class, so defining it does not import torch)."""
-
-    def __init__(self, paths: Sequence[Path], preprocess: Callable, image_size: tuple[int, int]) -> None:
-        self.paths = list(paths)
-        self.preprocess = preprocess
-        self.image_size = image_size
-
-    def __len__(self) -> int:
-        return len(self.paths)
-
-    def __getitem__(self, index: int):
-        from PIL import Image
-
-        try:
-            with Image.open(self.paths[index]) as image:
-                image.load()
-                tensor = self.preprocess(image.convert("RGB"))
-            return index, tensor, ""
-        except Exception as error:  # reported per sample, never fatal for the batch
-            import torch
-
-            return index, torch.zeros(3, *self.image_size), f"{type(error).__name__}: {error}"[:300]
-
-
-def _model_output(model, kind: str, batch: torch.Tensor) -> torch.Tensor:
-    if kind == "embedding":
-        return model.encode_image(batch, normalize=True)
-    return model.logits(batch)
-
-
 def model_output(model, kind: str, batch: torch.Tensor) -> torch.Tensor:
-    """The cached output of ``kind`` for a preprocessed batch (what every engine runs)."""
+    """The cached output of ``kind`` for a preprocessed batch (what every engine runs: passed to
+    it in the :class:`curate.engine.base.EncodeJob`; :func:`curate.engine.images.model_output`)."""
     return _model_output(model, kind, batch)
-
-
-def default_workers(device: torch.device) -> int:
-    """Decoding workers: several on a GPU machine; none on CPU, where the model needs the cores."""
-    cpus = os.cpu_count() or 1
-    return min(8, max(1, cpus - 1)) if device.type == "cuda" else 0
 
 
 def encode_images(
@@ -277,6 +240,41 @@ class FeatureCache:
             self.store(ids, values)
 
 
+def cache_use_text(encoded: int, cached: int) -> str:
+    """How a run says where its image outputs came from: ``696 images encoded, 2304 from the cache``,
+    ``3000 images encoded`` (nothing came from the cache), ``all 3000 images from the cache``."""
+    def images(n: int) -> str:
+        return f"{n} image{'s' if n != 1 else ''}"
+
+    if encoded and cached:
+        return f"{images(encoded)} encoded, {cached} from the cache"
+    if encoded:
+        return f"{images(encoded)} encoded"
+    if cached:
+        return f"all {images(cached)} from the cache"
+    return "no images"
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """While the block runs, SIGTERM raises ``KeyboardInterrupt`` (the path Ctrl-C takes), so an
+    encode stopped by ``timeout``, a scheduler or ``kill`` writes what it finished. Only in the
+    main thread (the only one that may set handlers) and only over the default handler (one an
+    application installed is left to do its own work); the old handler is restored after."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+        yield
+        return
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def compute_features(
     dataset, model, sample_ids: Sequence[str], *, kind: str | None = None, batch_size: int = 256,
     workers: int | None = None, use_cache: bool = True, progress: Callable[[int, int], None] | None = None,
@@ -289,7 +287,10 @@ def compute_features(
     :class:`curate.engine.Engine`; default the in-process one) encodes what is missing, in
     batches of ``batch_size`` consecutive missing ids (the same batches on every engine, so
     fp32 CPU outputs are bit-identical); every ``shard_rows`` outputs are written as a shard,
-    so an interrupted run keeps them. The model is touched only when something is missing.
+    so a killed run keeps them, and when the encoding stops on an exception (Ctrl-C, SIGTERM
+    while encoding, a failing ``progress`` callback, an engine error) the batches finished
+    since the last shard are written as one more shard before the exception goes on: the next
+    call encodes only the rest. The model is touched only when something is missing.
     ``factory`` (:class:`curate.engine.base.ModelFactory`) is how a remote worker loads the
     model; without one a remote engine ships the loaded model by value.
     """
@@ -300,30 +301,53 @@ def compute_features(
     cache = FeatureCache(dataset.root, model, kind) if use_cache and getattr(model, "cache_safe", True) else None
     cached_ids, cached_values = cache.load() if cache else ([], np.zeros((0, 0), np.float32))
     position = {sid: i for i, sid in enumerate(cached_ids)}
-    missing = [sid for sid in dict.fromkeys(sample_ids) if sid not in position]
+    wanted = list(dict.fromkeys(sample_ids))
+    missing = [sid for sid in wanted if sid not in position]
     failed: dict[str, str] = {}
     if missing:
         engine = engine or LocalEngine(workers=workers)
-        job = EncodeJob.for_model(model, kind, batch_size=batch_size)
+        job = EncodeJob.for_model(model, kind, batch_size=batch_size, output=model_output)
         job.factory = factory or job.factory
         new_ids: list[str] = []
         new_parts: list[np.ndarray] = []
         pending_ids: list[str] = []
         pending: list[np.ndarray] = []
         done = 0
-        for out in engine.map_batches(dataset, missing, job):
-            failed.update(out.failed)
-            if out.sample_ids:
-                new_ids.extend(out.sample_ids)
-                new_parts.append(out.values)
-                pending_ids.extend(out.sample_ids)
-                pending.append(out.values)
-            if cache and len(pending_ids) >= shard_rows:
-                cache.append(pending_ids, np.concatenate(pending))
-                pending_ids, pending = [], []
-            done += out.count
-            if progress:
-                progress(done, len(missing))
+        batches = engine.map_batches(dataset, missing, job)
+        try:
+            with _sigterm_as_interrupt():
+                for out in batches:
+                    failed.update(out.failed)
+                    if out.sample_ids:
+                        new_ids.extend(out.sample_ids)
+                        new_parts.append(out.values)
+                        pending_ids.extend(out.sample_ids)
+                        pending.append(out.values)
+                    if cache and len(pending_ids) >= shard_rows:
+                        cache.append(pending_ids, np.concatenate(pending))
+                        pending_ids, pending = [], []
+                    done += out.count
+                    if progress:
+                        progress(done, len(missing))
+        except BaseException as error:
+            if cache and pending_ids:
+                try:
+                    cache.append(pending_ids, np.concatenate(pending))
+                    logger.warning("encoding stopped (%s) after %d of %d images; the %d finished since the last "
+                                   "shard are kept in the cache, so the next run encodes only the rest",
+                                   type(error).__name__, done, len(missing), len(pending_ids))
+                except Exception as flush_error:  # noqa: BLE001 - the interruption is what the caller must see
+                    logger.warning("encoding stopped (%s) and its last %d outputs could not be kept: %s",
+                                   type(error).__name__, len(pending_ids), flush_error)
+            raise
+        finally:
+            close = getattr(batches, "close", None)
+            if close is not None:  # an engine's generator: its loader workers or Ray session end now
+                try:
+                    close()
+                except Exception as close_error:  # noqa: BLE001 - never hide why the encoding stopped
+                    logger.warning("the %s engine did not shut down cleanly: %s", getattr(engine, "name", "?"),
+                                   close_error)
         if cache and pending_ids:
             cache.append(pending_ids, np.concatenate(pending))
         if cache and new_ids:
@@ -333,8 +357,8 @@ def compute_features(
             cached_values = np.concatenate([cached_values, new_values]) if cached_values.size else new_values
             cached_ids = cached_ids + new_ids
             position = {sid: i for i, sid in enumerate(cached_ids)}
-    ordered = [sid for sid in dict.fromkeys(sample_ids) if sid in position]
+    ordered = [sid for sid in wanted if sid in position]
     rows = [position[sid] for sid in ordered]
     width = cached_values.shape[1] if cached_values.ndim == 2 else 0
     values = cached_values[rows] if rows else np.zeros((0, width), np.float32)
-    return Features(ordered, values, failed, computed=len(missing))
+    return Features(ordered, values, failed, computed=len(missing), cached=len(wanted) - len(missing))

@@ -49,7 +49,7 @@ from typing import Any
 
 from curate import __version__
 from curate.formatting import num, pct, pct_ci
-from curate.runs import RUNS_DIR, list_runs, write_bytes
+from curate.runs import RUNS_DIR, write_bytes
 
 log = logging.getLogger(__name__)
 
@@ -227,10 +227,14 @@ def _drops_section(doc: Document, ds: Any, out: Path, split: Any, notes: Sequenc
     rows = []
     for c in sorted(kept, key=lambda c: -c.drop):
         rows.append([f"{names[c.class_index]} ({c.class_index})" + (" (pinned)" if c.pinned else ""),
-                     c.easy, _pct(c.easy_acc), c.hard, _pct(c.hard_acc), _pct(c.drop) + _ci(c.drop_ci),
+                     c.easy + (" (tie)" if c.easy_ties else ""), _pct(c.easy_acc),
+                     c.hard + (" (tie)" if c.hard_ties else ""), _pct(c.hard_acc), _pct(c.drop) + _ci(c.drop_ci),
                      _pct(c.crossfit_drop), _num(c.p_value, 3), c.n_easy, c.n_hard])
     doc.table(["class", "easy bkg", "easy acc. (%)", "hard bkg", "hard acc. (%)", "drop in-sample (points) [95% CI]",
                "drop cross-fitted", "p (permutation)", "n easy", "n hard"], rows)
+    ties = [note for c in sorted(kept, key=lambda c: c.class_index) for note in c.tie_notes]
+    if ties:
+        doc.text("Ties (the rule breaks them by more images, then name order; `(tie)` above): " + " ".join(ties))
     if split.dropped:
         doc.text("Classes the rule dropped:")
         doc.table(["class", "reason"], [[f"{names[c.class_index]} ({c.class_index})", c.reason] for c in split.dropped])
@@ -255,27 +259,19 @@ def _float(x: Any) -> float:
 def evaluation_rows(root: Path, runs: Sequence[str] | None = None) -> tuple[list[Any], list[tuple[str, str]]]:
     """Table 2 rows (:class:`curate.compare.RunRow`) and the (omitted run, kept run) duplicates.
 
-    With ``runs`` None, one run per (model id, label space, prompts): the newest; effective
-    robustness is computed over the rows kept.
+    With ``runs`` None, one run per (model id, label space, prompts): the newest
+    (:func:`curate.compare.newest_runs`, the rule ``curate compare`` uses); effective robustness
+    is computed over the rows kept.
     """
-    from curate.compare import load_rows
+    from curate.compare import Repeat, load_rows
 
-    rows = load_rows(root, runs)
-    if runs:
-        return rows, []
-    order = {p.name: k for k, p in enumerate(list_runs(root))}  # oldest first
-    newest: dict[tuple[str, str, str], Any] = {}
-    for r in sorted(rows, key=lambda r: order.get(r.run, -1)):
-        newest[(r.model_id, r.label_space, r.prompts)] = r
-    keep = {r.run for r in newest.values()}
-    omitted = [(r.run, newest[(r.model_id, r.label_space, r.prompts)].run) for r in rows if r.run not in keep]
-    if omitted:
-        rows = load_rows(root, sorted(keep))
+    omitted: list[Repeat] = []
+    rows = load_rows(root, runs, repeats=omitted)
     return rows, omitted
 
 
 def _evaluation_section(doc: Document, root: Path, out: Path, runs: Sequence[str] | None) -> None:
-    from curate.compare import drop_text, fit_groups, scatter_png, to_csv
+    from curate.compare import drop_text, fit_groups, repeats_note, scatter_png, to_csv
     from curate.metrics.robustness import MIN_MODELS
 
     doc.heading("Evaluation (Table 2)")
@@ -301,8 +297,7 @@ def _evaluation_section(doc: Document, root: Path, out: Path, runs: Sequence[str
                  "split's cross-fitted drop: easy/hard chosen on one fold of the images and measured on the other.")
     write_bytes(out / "table2.csv", to_csv(rows).encode())
     if omitted:
-        doc.text("Left out as repeats of the same model and setup (the newest run is shown): "
-                 + ", ".join(f"`{a}` (repeats `{b}`)" for a, b in omitted) + ".")
+        doc.text(repeats_note(omitted))
     doc.heading("Easy vs hard (Fig. 2)")
     write_bytes(out / "fig2_scatter.png", scatter_png(rows))
     doc.image("fig2_scatter.png", "Fig. 2: easy vs hard accuracy, effective-robustness fit per family and y = x")

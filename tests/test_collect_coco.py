@@ -252,3 +252,15 @@ def test_cli_collect_coco(tmp_path, coco_files) -> None:
     assert result.exit_code == 0, result.output
     assert "17 cat" in result.output and "1/1" in result.output
     assert len(Dataset.open(tmp_path / "ds")) == 2
+
+
+def test_cli_collect_coco_into_a_relative_folder_twice(tmp_path, coco_files, monkeypatch) -> None:
+    """As typed (issue 28): a relative DIRECTORY with a trailing slash, twice (the second adds nothing)."""
+    ann_file, images = coco_files
+    monkeypatch.chdir(tmp_path)
+    runner = CliRunner(env={"COLUMNS": "200"})
+    for _ in range(2):
+        result = runner.invoke(main, ["collect", "coco", "mycoco/", "--annotations", str(ann_file),
+                                      "--images-root", str(images), "--categories", "cat,dog", "--per-category", "1"])
+        assert result.exit_code == 0, result.output
+    assert len(Dataset.open(tmp_path / "mycoco")) == 2

@@ -85,7 +85,9 @@ def test_run_folder_tables_and_summary(world, clip) -> None:
     assert set(loaded.by_correct) <= {"correct", "wrong"}
     assert loaded.layer == "visual.layer2" and loaded.prompts_name == "simple" and loaded.method == "gradcam"
     assert loaded.model_id == clip.model_id and loaded.family == "clip"
-    assert loaded.model["name"] is None and loaded.model_label == clip.model_id  # a loaded model has no spec
+    # a loaded model is named by what it records about itself (curate.stages.common.model_identity)
+    assert loaded.model["name"] == "curate-tiny-rn" and loaded.model["passed"] == "loaded"
+    assert loaded.model_label == "curate-tiny-rn"
     assert loaded.by_group()["run"] == "r1" and _same_entry(loaded.by_group(), run.by_group())
     # per-image = mean of the image's predictions
     by_image: dict[str, list[float]] = {}

@@ -22,6 +22,35 @@ unverified proposal (``mask_status = model:<id>``, ``curate propose-masks``) onl
 never. A sample whose mask is left out is scored like one without a mask (the proxy, or not
 scored), with a note; ``detail["masks"]`` records how many masks of each source the shares used
 and how many were left out (:meth:`curate.masks.sources.MaskCounts.as_dict`).
+
+Two scales, one ranking (issue 28): the mask share and the GradCAM proxy share are different
+measurements, not one scale (a GradCAM region above half its maximum is typically far smaller than
+the object's mask), so ranking their raw ``1 - share`` together put the maskless samples on top in a
+mixed folder (16 of the top 18 suspects), whatever their real clarity. **Decision: each sample's
+score is the rank percentile of its raw ``1 - share`` within its own source**,
+``(r - 0.5) / n_source`` (:func:`curate.audit.combine.within_group_percentiles`; ties share their
+average rank), and the check ranks those. Why this and not the alternatives:
+
+- a within-source z-score would assume the two sources' distributions have the same shape and
+  tails; the proxy's is the model's and skewed, and a source of a few samples gives an unstable
+  mean and spread. Rank percentiles assume nothing about either scale;
+- ranking each source separately and interleaving is what percentiles do already, as one score:
+  a top ``k`` holds each source in proportion to its size (two sources: within half a sample of
+  ``k x n_source / n``, for every ``k``), and ``ranks``, ``top_candidates``, ``--measure`` and the
+  review tools keep reading one score column;
+- within a source the percentile is strictly increasing in the raw score, so a folder with one
+  source (every sample masked, or none) ranks and tags exactly as before; only the score's values
+  change (a percentile in (0, 1) instead of ``1 - share``; the shares stay in the run).
+
+What it assumes: problems are about as common among masked as among maskless samples (a source's
+top ``x``% is tagged whatever its raw values). ``flagged`` still compares each raw share with
+``settings.clarity_share``, on the sample's own scale. The output records which scale each
+sample's score came from: ``detail["columns"]`` holds ``object_share`` (the raw share, either
+scale), ``mask_share`` and ``proxy_share`` (each NaN where the score came from the other scale);
+``detail["scales"]`` counts the scored samples of each (``{"mask share": 120, "GradCAM proxy": 80}``),
+``detail["ranking"]`` names the scale (``"within-source rank percentile"``), and a mixed run says
+in a note, e.g. "clarity: 120 by mask share, 80 by GradCAM proxy, each ranked within its own scale"
+(:func:`scales_line`).
 """
 from __future__ import annotations
 
@@ -32,12 +61,25 @@ from typing import Any
 import numpy as np
 
 from curate.audit.base import AuditInputs, CheckResult, nan_scores
+from curate.audit.combine import within_group_percentiles
 from curate.masks.sources import mask_counts, mask_source, trusted_rows
 
 logger = logging.getLogger(__name__)
 
-METHOD = "1 - object share of the image (mask; GradCAM >= 0.5 of max as a proxy where there is no mask)"
+METHOD = ("1 - object share of the image (mask; GradCAM >= 0.5 of max as a proxy where there is no mask), as its "
+          "rank percentile within its source")
 SALIENCY_LEVEL = 0.5
+#: The check's ``source`` of a scored sample -> the name of its scale (``detail["scales"]``).
+SCALES = {"mask": "mask share", "saliency proxy": "GradCAM proxy"}
+RANKING = "within-source rank percentile"
+
+
+def scales_line(scales: Mapping[str, int], check: str = "clarity") -> str:
+    """``clarity: 120 by mask share, 80 by GradCAM proxy, each ranked within its own scale``
+    (from ``detail["scales"]``; one scale: ``clarity: 120 by mask share``)."""
+    used = [f"{count} by {scale}" for scale, count in scales.items() if count]
+    return f"{check}: " + (", ".join(used) or "none scored") + (", each ranked within its own scale"
+                                                               if len(used) > 1 else "")
 
 
 def mask_share(mask: np.ndarray) -> float:
@@ -144,10 +186,20 @@ def clarity_check(inputs: AuditInputs, settings=None, *, mask_rows: Sequence[Map
                 why = LEFT_OUT.get(left_out.get(int(i), ""), "no mask")
                 result.failed[inputs.ids[i]] = f"{why} and no saliency proxy"
             result.notes.append(f"{len(no_mask)} of {n} sample(s) have {none} and the saliency proxy is off: not scored")
-    result.scores = 1.0 - share
+    # one scale per source, ranked on its own (see the module docstring): the raw 1 - share
+    # becomes its rank percentile among the scored samples of the same source
+    scored = np.isfinite(share)
+    result.scores = within_group_percentiles(1.0 - share, source)
     result.flagged = share < float(getattr(settings, "clarity_share", 0.1))
+    scales = {scale: int((scored & (source == s)).sum()) for s, scale in SCALES.items()}
+    if sum(1 for count in scales.values() if count) > 1:
+        result.notes.append(f"{scales_line(scales)} (a score is the sample's rank percentile among the samples "
+                            "of its own source: the two shares are not one scale)")
     result.detail = {"sources": {s: int((source == s).sum()) for s in ("mask", "saliency proxy", "none")},
-                     "columns": {"object_share": share}}
+                     "scales": scales, "ranking": RANKING,
+                     "columns": {"object_share": share,
+                                 "mask_share": np.where(scored & (source == "mask"), share, np.nan),
+                                 "proxy_share": np.where(scored & (source == "saliency proxy"), share, np.nan)}}
     if counts is not None and mask_rows is not None:  # the masks the shares used, and the ones left out
         used = mask_counts([mask_rows[i] for i in np.flatnonzero(source == "mask")], allow_model_masks=allow)
         used.skipped_model, used.skipped_rejected = counts.skipped_model, counts.skipped_rejected

@@ -2,6 +2,9 @@
 
 - rank: 1 = most suspect; descending score, ties by sample order; NaN (not scored) last, with
   no rank (``-1``).
+- one check, several scales (clarity: a mask share or a GradCAM proxy):
+  :func:`within_group_percentiles` puts each source's raw scores on one scale, their rank
+  percentile within the source, before the ranking above.
 - candidates: the top ``ceil(tag_fraction x scored)`` samples of each check among those not
   already rejected, tagged ``suspect:<check>`` in the folder's ``tags`` column. A tag is a
   pointer for a reviewer, never a decision: status and reject_reason are not touched. A new
@@ -28,6 +31,33 @@ def ranks(scores: np.ndarray) -> np.ndarray:
     ok = np.flatnonzero(np.isfinite(scores))
     order = ok[np.argsort(-scores[ok], kind="stable")]
     out[order] = np.arange(1, len(order) + 1)
+    return out
+
+
+def within_group_percentiles(scores: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """Each finite score's rank percentile within its group: ``(r - 0.5) / n_g``.
+
+    ``r`` is the score's ascending rank among the ``n_g`` finite scores of its group (ties share
+    their average rank), so within a group the percentile is a strictly increasing function of
+    the score (equal scores, equal percentiles) and a one-group ranking is exactly the raw
+    scores' (:func:`ranks`, :func:`top_candidates` and their tie order included). Across groups,
+    a top ``k`` by percentile holds each group in proportion to its size (two groups without tied
+    scores: each within half a sample of ``k x n_g / n``, for every ``k``). NaN stays NaN and
+    counts in no group.
+    """
+    scores = np.asarray(scores, dtype=np.float64)
+    groups = np.asarray(groups)
+    if groups.shape != scores.shape:
+        raise ValueError(f"within_group_percentiles: {groups.shape} groups for {scores.shape} scores")
+    out = np.full(len(scores), np.nan)
+    finite = np.isfinite(scores)
+    for group in dict.fromkeys(groups[finite].tolist()):
+        members = np.flatnonzero(finite & (groups == group))
+        values = scores[members]
+        _, inverse, counts = np.unique(values, return_inverse=True, return_counts=True)
+        below = np.cumsum(counts) - counts  # how many scores of the group are lower
+        rank = (below + (counts + 1) / 2)[inverse]  # ties share their average 1-based rank
+        out[members] = (rank - 0.5) / len(values)
     return out
 
 

@@ -14,9 +14,15 @@ stage adds a module and one line there (tests/test_cli.py checks that the table 
 from __future__ import annotations
 
 import importlib
+import inspect
 import logging
+import os
 import pkgutil
+import re
+import shlex
 import sys
+import time
+from pathlib import Path
 from typing import Any
 
 import click
@@ -41,9 +47,83 @@ COMMANDS: dict[str, tuple[str, ...]] = {
 }
 
 
-class CurateGroup(click.Group):
+def summary(command: click.Command) -> str:
+    """The line of ``command`` in its group's command list: its ``short_help``, else the first
+    paragraph of its docstring (one sentence in every curate verb), whole."""
+    if command.short_help:
+        return inspect.cleandoc(command.short_help)
+    words = inspect.cleandoc(command.help or "").partition("\n\n")[0].split()
+    return " ".join(words[1:] if words[:1] == ["\b"] else words)
+
+
+class HelpGroup(click.Group):
+    """A group whose ``--help`` lists each command with its whole summary (:func:`summary`), wrapped
+    by click's formatter, where click would cut it at 45 characters with "..."."""
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            command = self.get_command(ctx, name)
+            if command is not None and not command.hidden:
+                rows.append((name, summary(command)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+#: Python advice in library messages -> what to type at the CLI (the library keeps its own wording).
+#: Each left side is a regular expression; on the right, ``{dir}`` is the dataset folder the message
+#: names (:func:`_named_folder`), shell-quoted, and ``\1`` ... are the expression's groups.
+CLI_ADVICE: tuple[tuple[str, str], ...] = (
+    (r"curate\.store\.check_dataset\(root\)", "`curate check {dir}`"),
+    (r"run check_dataset\((['\"]).*?\1\)", "run `curate check {dir}`"),
+    (r"check_dataset\(\) says", "`curate check {dir}` says"),
+    (r"make one with Dataset\.create", "make one with `curate create {dir}`"),
+    (r"open it with Dataset\.open\(root\) or pass exist_ok=True",
+     "see what it holds with `curate info {dir}`, or choose another folder"),
+    (r"load_model\(name, pretrained=\"/path/to/weights\"\)", "--pretrained /path/to/weights"),
+    (r"pass e\.g\. load_model\('curate-tiny-clip', 'ref\.pt'\)", "pass e.g. --model curate-tiny-clip --pretrained ref.pt"),
+    (r"pretrained=None for random weights", "--pretrained none for random weights"),
+    (r"\bpretrained=('[^']*'|\"[^\"]*\")", r"--pretrained \1"),
+    (r"pass it as a path \('(.+?)'\) or a pathlib\.Path", r"pass it as a path (--pretrained \1)"),
+    (r" \((?:allow_model_masks|allow_model_backgrounds|allow_restricted)=True\)", ""),
+)
+
+#: Where a library message names its dataset folder (the first that matches gives ``{dir}``).
+_FOLDER_IN_MESSAGE = (
+    r"dataset at (.+?) is invalid",
+    r"check_dataset\((?:['\"])(.+?)(?:['\"])\)",
+    r"is missing: (.+?) is not a curate dataset",
+    r"^(.+?) is not a curate dataset",
+    r"^(.+?) already holds a dataset",
+    r"^(.+?)[/\\]dataset\.yaml was damaged",
+)
+
+
+def _named_folder(message: str) -> str:
+    for pattern in _FOLDER_IN_MESSAGE:
+        match = re.search(pattern, message, re.MULTILINE)
+        if match:
+            return shlex.quote(match.group(1))
+    return "DIR"
+
+
+def cli_advice(message: str) -> str:
+    """``message`` with its Python advice (``Dataset.create``, ``exist_ok=True``, ``load_model(...)``,
+    ``check_dataset(...)`` ...) replaced by the command to type (:data:`CLI_ADVICE`)."""
+    folder = _named_folder(message)
+    for pattern, replacement in CLI_ADVICE:
+        template = replacement.replace("{dir}", folder.replace("\\", "\\\\"))
+        message = re.sub(pattern, lambda m, t=template: m.expand(t), message)
+    return message
+
+
+class CurateGroup(HelpGroup):
     """Loads each verb's module on first use (:data:`COMMANDS`); turns library errors into a
-    one-line message and exit code 1 (``--debug`` re-raises)."""
+    one-line message and exit code 1: ``error: <message>`` in the CLI's words (:func:`cli_advice`;
+    ``-v`` adds the exception's class, ``--debug`` re-raises)."""
+
+    group_class = HelpGroup  # `@main.group()` subgroups (collect, review) list their commands whole too
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(set(super().list_commands(ctx)) | set(COMMANDS))
@@ -61,7 +141,11 @@ class CurateGroup(click.Group):
         except Exception as error:  # noqa: BLE001 - the CLI boundary
             if ctx.obj and ctx.obj.get("debug"):
                 raise
-            err_console.print(f"[bold red]error:[/] {type(error).__name__}: {error}")
+            message = cli_advice(str(error)) or type(error).__name__
+            if ctx.obj and ctx.obj.get("verbose"):
+                message = f"{type(error).__name__}: {message}"
+            err_console.print("[bold red]error:[/] ", end="")
+            err_console.print(message, markup=False, highlight=False)
             sys.exit(1)
 
 
@@ -79,6 +163,7 @@ def main(ctx: click.Context, debug: bool, verbose: int, quiet: bool) -> None:
     _quiet = quiet
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug
+    ctx.obj["verbose"] = verbose
     level = logging.ERROR if quiet else logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", force=True)
 
@@ -91,8 +176,6 @@ _quiet = False
 def _console(stderr: bool = False) -> Console:
     """A console that wraps softly; on a pipe or file, wide enough that tables are not truncated
     (``COLUMNS`` still wins when set)."""
-    import os
-
     probe = Console(stderr=stderr)
     width = None if probe.is_terminal or os.environ.get("COLUMNS") else PIPE_WIDTH
     return Console(stderr=stderr, soft_wrap=True, width=width)
@@ -108,23 +191,127 @@ def err() -> Console:
     return err_console
 
 
+def shown(path: str | os.PathLike) -> Path:
+    """How the CLI prints a path: absolute and without ``..`` (``os.path.abspath``: symlinks are kept
+    as typed), then relative to the working directory when it lies inside it."""
+    absolute = Path(os.path.abspath(path))
+    try:
+        return absolute.relative_to(Path.cwd())
+    except ValueError:
+        return absolute
+
+
+#: Seconds between the plain progress lines written where stderr is not a terminal (a log file, a pipe).
+PLAIN_EVERY_S = 30
+
+
 def progress():
-    """A rich progress bar on stderr (counts, elapsed time) for long work; hidden with ``--quiet``."""
+    """A rich progress bar on stderr (counts, elapsed time) for long work; hidden with ``--quiet``.
+
+    Where stderr is not a terminal (output to a log file) it draws no bar; it prints a line
+    ``<phase>: done/total (rate/s, ETA mm:ss)`` at least every :data:`PLAIN_EVERY_S` seconds of a
+    phase and ``<phase>: done/total done in mm:ss (rate/s)`` when the phase ends.
+    """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    console=err_console, transient=False, disable=_quiet)
+    class Bar(Progress):
+        def __init__(self, *args: Any, plain: bool, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.plain = plain
+            self.clocks: dict[Any, list[float]] = {}  # task -> [phase start, last line, last done]
+            self.ended: set[Any] = set()
+
+        def add_task(self, *args: Any, **kwargs: Any) -> Any:
+            task_id = super().add_task(*args, **kwargs)
+            if self.plain:
+                now = time.monotonic()
+                self.clocks[task_id] = [now, now, self._tasks[task_id].completed]
+            return task_id
+
+        def update(self, task_id: Any, **kwargs: Any) -> None:
+            super().update(task_id, **kwargs)
+            if self.plain:
+                self._tick(task_id)
+
+        def advance(self, task_id: Any, advance: float = 1) -> None:
+            super().advance(task_id, advance)
+            if self.plain:
+                self._tick(task_id)
+
+        def end_task(self, task_id: Any) -> None:
+            """The phase of ``task_id`` is over: its one closing line (plain mode)."""
+            if self.plain and task_id in self.clocks and task_id not in self.ended:
+                self.ended.add(task_id)
+                task = self._tasks[task_id]
+                elapsed = time.monotonic() - self.clocks[task_id][0]
+                self._line(f"{task.description}: {_count(task.completed, task.total)} done in {_clock(elapsed)} "
+                           f"({_rate(task.completed, elapsed)}/s)")
+
+        def stop(self) -> None:
+            for task_id in list(self.clocks):
+                self.end_task(task_id)
+            super().stop()
+
+        def _tick(self, task_id: Any) -> None:
+            task, now = self._tasks[task_id], time.monotonic()
+            clock = self.clocks.setdefault(task_id, [now, now, task.completed])
+            if task.completed < clock[2]:  # the phase starts again (the next model, ...)
+                clock[0] = clock[1] = now
+            clock[2] = task.completed
+            if task.total is not None and task.completed >= task.total:
+                self.end_task(task_id)
+                return
+            self.ended.discard(task_id)
+            if now - clock[1] >= PLAIN_EVERY_S:
+                clock[1] = now
+                elapsed = now - clock[0]
+                rate = task.completed / elapsed if elapsed > 0 else 0.0
+                eta = ""
+                if task.total is not None:
+                    eta = f", ETA {_clock((task.total - task.completed) / rate)}" if rate > 0 else ", ETA --:--"
+                self._line(f"{task.description}: {_count(task.completed, task.total)} "
+                           f"({_rate(task.completed, elapsed)}/s{eta})")
+
+        def _line(self, text: str) -> None:
+            self.console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+    plain = not _quiet and not err_console.is_terminal
+    return Bar(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               console=err_console, transient=False, disable=_quiet or plain, plain=plain)
+
+
+def _count(done: float, total: float | None) -> str:
+    def number(x: float) -> str:
+        return str(int(x)) if float(x).is_integer() else f"{x:.1f}"
+
+    return number(done) if total is None else f"{number(done)}/{number(total)}"
+
+
+def _rate(done: float, seconds: float) -> str:
+    rate = done / seconds if seconds > 0 else 0.0
+    return f"{rate:.0f}" if rate >= 100 else f"{rate:.1f}" if rate >= 1 else f"{rate:.2f}"
+
+
+def _clock(seconds: float) -> str:
+    hours, rest = divmod(int(seconds + 0.5), 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes:02d}:{secs:02d}"
 
 
 class StageProgress:
-    """Adapts a rich :func:`progress` bar to :class:`curate.progress.Progress`: one bar per phase."""
+    """Adapts a rich :func:`progress` bar to :class:`curate.progress.Progress`: one bar per phase
+    (a new phase ends the one before: its closing line where stderr is a log file)."""
 
     def __init__(self, bar) -> None:
         self.bar = bar
         self.tasks: dict[str, Any] = {}
+        self.current: str | None = None
 
     def __call__(self, done: int, total: int | None, message: str = "") -> None:
         key = message or "working"
+        if key != self.current and self.current is not None and hasattr(self.bar, "end_task"):
+            self.bar.end_task(self.tasks[self.current])
+        self.current = key
         if key not in self.tasks:
             self.tasks[key] = self.bar.add_task(key, total=total)
         self.bar.update(self.tasks[key], completed=done, total=total)

@@ -6,10 +6,12 @@ from pathlib import Path
 import click
 from rich.table import Table
 
-from curate.cli import StageProgress, err, main, out, progress
+from curate.cli import StageProgress, err, main, out, progress, shown
 from curate.cli.options import (
+    UserPath,
     batch_options,
     device_options,
+    expand_home,
     mask_trust_option,
     model_options,
     one_model_spec,
@@ -18,13 +20,13 @@ from curate.cli.options import (
 
 
 @main.command()
-@click.argument("directory", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.argument("directory", type=UserPath(path_type=Path, exists=True, file_okay=False))
 @model_options(required=False)
 @click.option("--checks", default="all", show_default=True,
               help="Comma-separated: label,duplicates,outliers,feature,obscurity,clarity (feature needs no model).")
-@click.option("--label-space", default="present", show_default=True,
+@click.option("--label-space", callback=expand_home, default="present", show_default=True,
               help="Zero-shot label space: present (the audited classes) | full (every label, 1 vs 1000) | FILE.")
-@click.option("--prompts", default="simple", show_default=True, help="simple ('A photo of {}.') | openai | FILE.")
+@click.option("--prompts", callback=expand_home, default="simple", show_default=True, help="simple ('A photo of {}.') | openai | FILE.")
 @click.option("--tag-fraction", type=float, default=0.05, show_default=True,
               help="Pre-tag the top fraction of each check suspect:<check> (never changes status).")
 @click.option("--no-tag", is_flag=True, help="Write the run only; leave the folder's tags alone.")
@@ -93,10 +95,10 @@ def audit(directory: Path, model: str | None, pretrained: str | None, checks: st
     if groups:
         across = sum(1 for g in groups if g["across_classes"])
         out().print(f"duplicate groups: {len(groups)} ({across} across classes), largest {len(groups[0]['sample_ids'])}; "
-                    f"listed in {run.run_dir / run.RESULTS}")
+                    f"listed in {shown(run.run_dir / run.RESULTS)}")
     excluded = run.excluded
     if excluded.get("count"):
         err().print(f"[yellow]{excluded['count']} sample(s) could not be decoded or encoded[/] "
                     f"({excluded.get('reasons')}); their feature-based scores are empty")
-    out().print(f"{run.run_dir} ({run.dataset.get('images_encoded', 0)} images encoded, the rest from the feature cache); "
+    out().print(f"{shown(run.run_dir)} ({run.dataset.get('images_encoded', 0)} images encoded, the rest from the feature cache); "
                 f"measure later with: curate audit {directory} --measure")

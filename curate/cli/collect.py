@@ -6,6 +6,7 @@ from pathlib import Path
 import click
 
 from curate.cli import main, out, progress
+from curate.cli.options import UserPath
 
 #: ``collect synthetic`` option -> the WorldSpec rate of a planted problem (curate.collect.planted.RATE_FIELDS).
 PLANTED_OPTIONS: dict[str, str] = {
@@ -36,7 +37,7 @@ def collect() -> None:
 
 
 @collect.command("synthetic")
-@click.argument("directory", type=click.Path(path_type=Path))
+@click.argument("directory", type=UserPath(path_type=Path))
 @click.option("--classes", default="6", show_default=True,
               help="A number K (the first K built-in classes) or comma-separated names/ImageNet indices.")
 @click.option("--p", "p", type=float, default=0.9, show_default=True,

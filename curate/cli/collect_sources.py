@@ -17,7 +17,7 @@ from rich.table import Table
 
 from curate.cli import err, out, progress
 from curate.cli.collect import collect
-from curate.cli.options import creation_vocabulary, mask_trust_option
+from curate.cli.options import UserPath, creation_vocabulary, mask_trust_option
 
 _RATE_HELP = "'none' for no limit"
 
@@ -107,7 +107,7 @@ def _timeout(seconds: float) -> tuple[float, float]:
 
 
 @collect.command("inat")
-@click.argument("directory", type=click.Path(path_type=Path))
+@click.argument("directory", type=UserPath(path_type=Path))
 @click.option("--classes", help="Comma-separated ImageNet-1K indices, names or WordNet ids (e.g. 9,10,ostrich).")
 @click.option("--recipe", help="A recipe YAML (or its name in datasets/, e.g. counteranimal): classes and taxa.")
 @click.option("--per-class", type=int, help="Photos per class (default: the recipe's per_class, else 300).")
@@ -212,10 +212,10 @@ def collect_inat_cmd(directory: Path, classes: str | None, recipe: str | None, p
 
 
 @collect.command("coco")
-@click.argument("directory", type=click.Path(path_type=Path))
-@click.option("--annotations", required=True, type=click.Path(path_type=Path, exists=True, dir_okay=False),
+@click.argument("directory", type=UserPath(path_type=Path))
+@click.option("--annotations", required=True, type=UserPath(path_type=Path, exists=True, dir_okay=False),
               help="A COCO instances JSON (e.g. instances_val2017.json).")
-@click.option("--images-root", type=click.Path(path_type=Path, exists=True, file_okay=False),
+@click.option("--images-root", type=UserPath(path_type=Path, exists=True, file_okay=False),
               help="Folder holding the images (file_name is joined to it).")
 @click.option("--image-url-base", help="Fetch images from URL + file_name (e.g. http://images.cocodataset.org/val2017/).")
 @click.option("--use-image-urls", is_flag=True, help="Fetch each image from its coco_url.")
@@ -258,24 +258,27 @@ def collect_coco_cmd(directory: Path, annotations: Path, images_root: Path | Non
 
 
 @collect.command("folder")
-@click.argument("directory", type=click.Path(path_type=Path))
-@click.argument("src", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.argument("directory", type=UserPath(path_type=Path))
+@click.argument("src", type=UserPath(path_type=Path, exists=True, file_okay=False))
 @click.option("--layout", type=click.Choice(["imagefolder", "counteranimal"]), default="imagefolder", show_default=True)
-@click.option("--licenses-csv", type=click.Path(path_type=Path, exists=True, dir_okay=False),
+@click.option("--licenses-csv", type=UserPath(path_type=Path, exists=True, dir_okay=False),
               help="CSV with columns path,license,attribution (paths relative to SRC).")
 @click.option("--license", "license_", help="Licence of files the CSV does not list (e.g. cc-by).")
 @click.option("--attribution", help="Attribution of files the CSV does not list.")
 @click.option("--status", type=click.Choice(["candidate", "accepted", "rejected"]),
               help="Status of the new samples (default: accepted for counteranimal, else candidate).")
 @click.option("--label-space", default="imagenet1k", show_default=True,
-              help="When creating the dataset: 'imagenet1k' or a text file with one class name per line.")
-@click.option("--backgrounds", help="When creating the dataset: comma-separated background vocabulary.")
+              help="When creating the dataset: 'imagenet1k' or a text file with one class name per line. An existing "
+                   "dataset (e.g. from `curate create`) keeps its own; naming another is an error.")
+@click.option("--backgrounds", help="When creating the dataset: comma-separated background vocabulary. An existing "
+                                    "dataset keeps its own; naming backgrounds it lacks is an error.")
 @click.option("--concurrency", type=int, default=4, show_default=True)
 @click.option("--name", help="Dataset name when creating it.")
 def collect_folder_cmd(directory: Path, src: Path, layout: str, licenses_csv: Path | None, license_: str | None,
                        attribution: str | None, status: str | None, label_space: str, backgrounds: str | None,
                        concurrency: int, name: str | None) -> None:
-    """Import an ImageFolder or the released CounterAnimal layout (easy-/hard-<background>)."""
+    """Import an ImageFolder or the released CounterAnimal layout (easy-/hard-<background>) into
+    DIRECTORY: a new folder, or a dataset folder that exists (e.g. from `curate create`), which it adds to."""
     from curate.collect.folder import import_folder
 
     space, vocab = creation_vocabulary(label_space, backgrounds)
@@ -296,11 +299,11 @@ def collect_folder_cmd(directory: Path, src: Path, layout: str, licenses_csv: Pa
 
 
 @collect.command("composite")
-@click.argument("directory", type=click.Path(path_type=Path))
-@click.option("--objects", "objects_root", required=True, type=click.Path(path_type=Path, exists=True, file_okay=False),
+@click.argument("directory", type=UserPath(path_type=Path))
+@click.option("--objects", "objects_root", required=True, type=UserPath(path_type=Path, exists=True, file_okay=False),
               help="A dataset folder whose samples have masks (e.g. from `collect coco`).")
 @click.option("--colors", help="Solid background colours: names or name=#rrggbb (default: ten ColoredCOCO-like colours).")
-@click.option("--backgrounds-from", type=click.Path(path_type=Path, exists=True, file_okay=False),
+@click.option("--backgrounds-from", type=UserPath(path_type=Path, exists=True, file_okay=False),
               help="A dataset folder of background images with `background` labels (instead of colours).")
 @click.option("--p", "p", type=float, default=0.8, show_default=True,
               help="Probability of a class's common background (the planted correlation).")
@@ -351,7 +354,7 @@ def collect_composite_cmd(directory: Path, objects_root: Path, colors: str | Non
 
 
 @collect.command("status")
-@click.argument("directory", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.argument("directory", type=UserPath(path_type=Path, exists=True, file_okay=False))
 @click.option("--failures", "show_failures", is_flag=True, help="List every failed or quarantined item.")
 def collect_status_cmd(directory: Path, show_failures: bool) -> None:
     """The collection jobs of a dataset: outcomes per job, and (with --failures) what failed and why."""

@@ -8,14 +8,14 @@ from pathlib import Path
 import click
 from rich.table import Table
 
-from curate.cli import main, out
-from curate.cli.options import creation_vocabulary
+from curate.cli import cli_advice, main, out, shown
+from curate.cli.options import UserPath, creation_vocabulary, expand_home
 
 
 @main.command()
-@click.argument("directory", type=click.Path(path_type=Path))
+@click.argument("directory", type=UserPath(path_type=Path))
 @click.option("--name", help="Dataset name (default: the folder's name).")
-@click.option("--label-space", default="imagenet1k", show_default=True,
+@click.option("--label-space", callback=expand_home, default="imagenet1k", show_default=True,
               help="'imagenet1k' or a text file with one class name per line (e.g. COCO categories).")
 @click.option("--backgrounds", help="Comma-separated background vocabulary (default: the paper's 14).")
 @click.option("--recipe", help="A recipe name recorded in dataset.yaml (e.g. counteranimal).")
@@ -25,11 +25,11 @@ def create(directory: Path, name: str | None, label_space: str, backgrounds: str
 
     space, vocab = creation_vocabulary(label_space, backgrounds)
     ds = Dataset.create(directory, name=name or directory.name, label_space=space, backgrounds=vocab, recipe=recipe)
-    out().print(f"created [bold]{ds.root}[/] ({len(ds.label_space)} classes, {len(ds.backgrounds)} backgrounds)")
+    out().print(f"created [bold]{shown(ds.root)}[/] ({len(ds.label_space)} classes, {len(ds.backgrounds)} backgrounds)")
 
 
 @main.command()
-@click.argument("directory", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.argument("directory", type=UserPath(path_type=Path, exists=True, file_okay=False))
 def info(directory: Path) -> None:
     """Counts per class, background, group, status and licence."""
     from curate.store import Dataset, summarize
@@ -86,7 +86,7 @@ def _counter_table(title: str, counter: Counter) -> Table:
 
 
 @main.command()
-@click.argument("directory", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.argument("directory", type=UserPath(path_type=Path, exists=True, file_okay=False))
 @click.option("--deep", is_flag=True, help="Also re-hash every image against its recorded sha256.")
 def check(directory: Path, deep: bool) -> None:
     """List every problem of a dataset folder; exit 1 when there is any error."""
@@ -96,8 +96,8 @@ def check(directory: Path, deep: bool) -> None:
     errors = [p for p in problems if getattr(p, "severity", "error") == "error"]
     for problem in problems:
         colour = "red" if problem in errors else "yellow"
-        out().print(f"[{colour}]{getattr(problem, 'severity', 'error')}[/] {problem}")
+        out().print(f"[{colour}]{getattr(problem, 'severity', 'error')}[/] {cli_advice(str(problem))}")
     if errors:
-        out().print(f"[bold red]{len(errors)} error(s)[/] in {directory}")
+        out().print(f"[bold red]{len(errors)} error(s)[/] in {shown(directory)}")
         sys.exit(1)
-    out().print(f"[green]ok[/] {directory}" + (f" ({len(problems)} warning(s))" if problems else ""))
+    out().print(f"[green]ok[/] {shown(directory)}" + (f" ({len(problems)} warning(s))" if problems else ""))

@@ -7,12 +7,13 @@ from typing import Any
 import click
 from rich.table import Table
 
-from curate.cli import main, out, progress
+from curate.cli import main, out, progress, shown
+from curate.cli.options import UserPath
 from curate.formatting import num, pct, pct_ci
 
 
 @main.command()
-@click.option("--workdir", type=click.Path(path_type=Path), default=Path("demo-output"), show_default=True)
+@click.option("--workdir", type=UserPath(path_type=Path), default=Path("demo-output"), show_default=True)
 @click.option("--steps", type=int, default=None, help="Training steps per model (default: the measured demo setting).")
 def demo(workdir: Path, steps: int | None) -> None:
     """Offline demo: synthetic worlds, the tiny reference CLIP, and its background shortcut."""
@@ -107,11 +108,14 @@ def demo(workdir: Path, steps: int | None) -> None:
         out().print("  the split world's p=0.9 row is in-sample (that model chose easy and hard); exact B = the same "
                     "objects re-drawn by the world's generator on the easy background (nothing pasted)",
                     highlight=False)
-    out().print(f"runs: {workdir}/world-eval/runs/  table and scatter: {result.compare_dir}/compare.md, compare.png")
+    out().print(f"runs: {shown(workdir / 'world-eval' / 'runs')}/"
+                + (f"  table and scatter: {shown(result.compare_dir / 'compare.md')}, compare.png"
+                   if result.compare_dir else ""))
     if result.report:
-        out().print(f"report: {result.report} (and report.html beside it)")
+        out().print(f"report: {shown(result.report)} (and report.html beside it)")
     if result.attribution_report:
-        out().print(f"interventions report: {result.attribution_report}")
+        out().print(f"interventions report: {shown(result.attribution_report)}")
     if result.hub_dir:
-        out().print(f"Hub folder: {result.hub_dir} — python -c \"import datasets; print(datasets.load_dataset('{result.hub_dir}'))\"")
-    out().print(f"worlds and weights are in {workdir}/ (re-running reuses them)")
+        out().print(f"Hub folder: {shown(result.hub_dir)} — python -c \"import datasets; "
+                f"print(datasets.load_dataset('{shown(result.hub_dir)}'))\"")
+    out().print(f"worlds and weights are in {shown(workdir)}/ (re-running reuses them)")

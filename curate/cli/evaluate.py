@@ -6,11 +6,13 @@ from pathlib import Path
 import click
 from rich.table import Table
 
-from curate.cli import StageProgress, err, main, out, progress
+from curate.cli import StageProgress, err, main, out, progress, shown
 from curate.cli.options import (
+    UserPath,
     batch_options,
     device_options,
     engine_options,
+    expand_home,
     lvlm_options,
     model_options,
     model_specs,
@@ -20,17 +22,17 @@ from curate.formatting import pct
 
 
 @main.command()
-@click.argument("directory", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.argument("directory", type=UserPath(path_type=Path, exists=True, file_okay=False))
 @model_options(multiple=True)
-@click.option("--label-space", default="auto", show_default=True,
+@click.option("--label-space", callback=expand_home, default="auto", show_default=True,
               help="imagenet1k (1 vs 1000) | top20 (1 vs 20, App. C.2) | dataset (the dataset's own list) | FILE | "
                    "auto (top20 for LVLMs, imagenet1k for the rest).")
-@click.option("--prompts", default="simple", show_default=True, help="simple ('A photo of {}.') | openai (80) | FILE.")
+@click.option("--prompts", callback=expand_home, default="simple", show_default=True, help="simple ('A photo of {}.') | openai (80) | FILE.")
 @device_options
 @batch_options(batch_size=256)
 @run_options
 @click.option("--top20-reference", help="Reference CLIP for building the 1-vs-20 space (paper: CLIP-LAION400M-ViT-B/32).")
-@click.option("--top20-pretrained", help="Its tag or weights file.")
+@click.option("--top20-pretrained", callback=expand_home, help="Its tag or weights file.")
 @click.option("--rebuild-top20", is_flag=True, help="Rebuild the dataset's saved 1-vs-20 space.")
 @click.option("--bootstrap", type=int, default=1000, show_default=True, help="Bootstrap replicates for the intervals.")
 @click.option("--seed", type=int, default=0, show_default=True)
@@ -45,6 +47,7 @@ def evaluate(directory: Path, models: tuple[str, ...], pretrained: tuple[str, ..
     """Zero-shot (CLIPs), 1000-way (classifiers) or answer-likelihood (LVLMs) evaluation: accuracy, easy/hard, drop, intervals.
 
     Several runs with --run-name NAME are named NAME-<model>."""
+    from curate.features import cache_use_text
     from curate.models.spec import ModelSpec, parse_pretrained
     from curate.stages.evaluate import EvalSettings, evaluate_models
 
@@ -61,8 +64,8 @@ def evaluate(directory: Path, models: tuple[str, ...], pretrained: tuple[str, ..
                                progress=StageProgress(bar))
     spaces = ", ".join(sorted({r.label_space_name for r in runs})) or label_space
     prompt_names = ", ".join(sorted({r.prompts_name for r in runs})) or prompts
-    table = Table(title=f"{directory} — {spaces}, prompts {prompt_names} (balanced top-1 %, drop in points; "
-                        "the split's reference model's drop is in-sample: see `curate compare`)", title_justify="left")
+    table = Table(title=f"{shown(directory)} — {spaces}, prompts {prompt_names} ({_header_note(directory, runs)})",
+                  title_justify="left")
     for column in ("model", "acc1", "acc5", "easy", "hard", "drop [95% CI]", "excluded"):
         table.add_column(column, justify="left" if column == "model" else "right")
     for run in runs:
@@ -74,33 +77,52 @@ def evaluate(directory: Path, models: tuple[str, ...], pretrained: tuple[str, ..
                       drop_cell, str(run.excluded_count))
     out().print(table)
     for run in runs:
-        out().print(f"{run.run_dir} ({run.images_encoded} images encoded, the rest from the cache)")
+        out().print(f"{shown(run.run_dir)} ({cache_use_text(run.images_encoded, run.images_cached)})")
     for run in runs:
         if run.excluded_count:
             err().print(f"[yellow]{run.excluded_count} sample(s) excluded[/] ({run.excluded_reasons}); "
-                        f"see {run.run_dir / run.METRICS}")
+                        f"see {shown(run.run_dir / run.METRICS)}")
 
+
+def _header_note(directory: Path, runs) -> str:
+    """What the table's numbers are, and where its easy / hard come from: the folder's groups,
+    a `curate split` run (whose reference model's drop is in-sample), or none at all."""
+    if not any(run.has_groups for run in runs):
+        return "balanced top-1 %; no easy/hard groups in this folder: `curate split DIR --reference MODEL` makes them"
+    from curate.compare import split_reference
+
+    split = split_reference(directory)
+    if split is None:
+        return "balanced top-1 %, drop in points; easy/hard as the folder's group column has them, no `curate split` run"
+    if any(split.is_reference(model_id=run.model_id, run=run.name) for run in runs):
+        return ("balanced top-1 %, drop in points; the split's reference model's drop is in-sample: "
+                "see `curate compare`")
+    return "balanced top-1 %, drop in points; easy/hard from `curate split`"
 
 @main.command()
-@click.argument("directory", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.argument("directory", type=UserPath(path_type=Path, exists=True, file_okay=False))
 @click.option("--run", "runs", multiple=True, help="Only these runs (default: every evaluation run with groups).")
-@click.option("--out", "out_dir", type=click.Path(path_type=Path), help="Output folder (default DIR/runs/compare).")
+@click.option("--out", "out_dir", type=UserPath(path_type=Path), help="Output folder (default DIR/runs/compare).")
 @click.option("--er-scale", type=click.Choice(["logit", "linear"]), default="logit", show_default=True,
               help="Scale of the effective-robustness fit (fitted per model family: CLIP, classifier, LVLM).")
 def compare(directory: Path, runs: tuple[str, ...], out_dir: Path | None, er_scale: str) -> None:
     """Table 2 (model, easy, hard, drop, effective robustness) and the Fig. 2 scatter over runs."""
-    from curate.compare import compare_runs, drop_text
+    from curate.compare import compare_runs, drop_text, repeats_note
 
-    rows, folder = compare_runs(directory, out_dir, runs or None, er_scale=er_scale)
+    repeats: list = []
+    rows, folder = compare_runs(directory, out_dir, runs or None, er_scale=er_scale, repeats=repeats)
     table = Table(title=f"easy vs hard (balanced top-1 %); effective robustness on the {er_scale} scale, "
                         "fitted per family and setup (— below 3 models)", title_justify="left")
-    for column in ("model", "family", "label space", "prompts", "easy", "hard", "drop", "eff. robustness"):
-        table.add_column(column, justify="left" if column in ("model", "family", "label space", "prompts") else "right")
+    for column in ("model", "family", "label space", "prompts", "easy", "hard", "drop", "eff. robustness", "run"):
+        table.add_column(column, justify="left" if column in ("model", "family", "label space", "prompts", "run")
+                         else "right")
     for r in sorted(rows, key=lambda r: (r.setup, -r.easy)):
         table.add_row(r.model, r.family, r.label_space, r.prompts, pct(r.easy, 2), pct(r.hard, 2), drop_text(r),
-                      pct(r.effective_robustness, 2))
+                      pct(r.effective_robustness, 2), r.run)
     out().print(table)
+    if repeats:
+        out().print(repeats_note(repeats, markdown=False), highlight=False)
     if any(r.in_sample for r in rows):
         out().print("in-sample: the split's reference model chose easy/hard to maximise its own drop; 'corrected' "
                     "chooses on one fold of the images and measures on the other (cross-fitting, `curate split`)")
-    out().print(f"wrote {folder / 'compare.md'}, compare.csv, compare.png")
+    out().print(f"wrote {shown(folder / 'compare.md')}, compare.csv, compare.png")

@@ -7,8 +7,16 @@ from typing import TYPE_CHECKING
 import click
 from rich.table import Table
 
-from curate.cli import err, main, out, progress
-from curate.cli.options import batch_options, device_options, engine_options, mask_trust_option, run_options
+from curate.cli import err, main, out, progress, shown
+from curate.cli.options import (
+    UserPath,
+    batch_options,
+    device_options,
+    engine_options,
+    expand_home,
+    mask_trust_option,
+    run_options,
+)
 from curate.saliency.registry import method_names
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -27,10 +35,10 @@ def _target(ctx: click.Context, param: click.Parameter, value: str):
 
 
 @main.command("explain")
-@click.argument("directory", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.argument("directory", type=UserPath(path_type=Path, exists=True, file_okay=False))
 @click.option("--model", "model_name", default="auto", show_default=True,
               help="Model name (open_clip arch, zoo name, timm:<name>) or 'auto' for a curate weights file.")
-@click.option("--pretrained", default=None, help="Pretrained tag or local weights file ('none' = random weights).")
+@click.option("--pretrained", callback=expand_home, default=None, help="Pretrained tag or local weights file ('none' = random weights).")
 @click.option("--method", type=click.Choice(method_names(), case_sensitive=False), default="gradcam",
               show_default=True, help="Saliency method (papers/004 Tables 1-4, 8-9).")
 @click.option("--target", default="true", show_default=True, callback=_target, help="true | predicted | topk:K")
@@ -39,7 +47,7 @@ def _target(ctx: click.Context, param: click.Parameter, value: str):
 @click.option("--threshold-mode", type=click.Choice(["soft", "hard"]), default="soft", show_default=True)
 @click.option("--label-space", type=click.Choice(["dataset", "present"]), default="dataset", show_default=True,
               help="Candidate classes of predicted/top-k targets: the whole label space or the classes present.")
-@click.option("--prompts", default=None,
+@click.option("--prompts", callback=expand_home, default=None,
               help="simple | openai | template file (default: the weights' caption template, else simple).")
 @click.option("--save-maps", is_flag=True,
               help="Write maps/<sample_id>.npz (float32 maps the scores come from, aligned mask, targets).")
@@ -127,4 +135,4 @@ def render(run: ExplainRun) -> None:
         out().print(f"skipped samples: {run.skipped_count} ({_reasons(run.skipped_reasons)})")
     if run.run_dir is not None:
         files = [run.PREDICTIONS, run.IMAGES, run.CLASSES, run.SUMMARY] + ([run.MAPS + "/"] if run.maps_saved else [])
-        out().print(f"wrote {run.run_dir}/ ({', '.join(files)})")
+        out().print(f"wrote {shown(run.run_dir)}/ ({', '.join(files)})")

@@ -7,8 +7,9 @@ from pathlib import Path
 import click
 from rich.table import Table
 
-from curate.cli import StageProgress, err, main, out, progress
+from curate.cli import StageProgress, err, main, out, progress, shown
 from curate.cli.options import (
+    UserPath,
     device_options,
     mask_trust_option,
     model_options,
@@ -23,7 +24,7 @@ def _csv(text: str) -> tuple[str, ...]:
 
 
 @main.command("fidelity")
-@click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("directory", type=UserPath(exists=True, file_okay=False, path_type=Path))
 @model_options(required=False)
 @click.option("--methods", default="gradcam", show_default=True,
               help="Comma list: saliency methods, 'mask', 'random' (needed for the verdicts), or NAME~RATIO "
@@ -99,4 +100,4 @@ def fidelity(directory: Path, model: str | None, pretrained: str | None, methods
     for base in run.correlations:
         out().print(f"degraded series '{base}': macro Spearman vs noise "
                     + ", ".join(f"{m} {num(v, 2, signed=True)}" for m, v in run.macro_correlations(base).items()))
-    err().print(f"• run folder: {run.run_dir}")
+    err().print(f"• run folder: {shown(run.run_dir)}")

@@ -5,13 +5,14 @@ from pathlib import Path
 
 import click
 
-from curate.cli import StageProgress, main, out, progress
+from curate.cli import StageProgress, main, out, progress, shown
+from curate.cli.options import UserPath
 from curate.interventions.plan import VARIANTS
 
 
 @main.command("intervene")
-@click.argument("directory", type=click.Path(path_type=Path, exists=True, file_okay=False))
-@click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True,
+@click.argument("directory", type=UserPath(path_type=Path, exists=True, file_okay=False))
+@click.option("--out", "out_dir", type=UserPath(path_type=Path), required=True,
               help="The new dataset folder for the variants (re-running into it with the same settings adds nothing).")
 @click.option("--split", "split_run", default=None,
               help="The split run whose easy / hard backgrounds define the groups (default: the group column).")
@@ -57,20 +58,21 @@ def intervene_cmd(directory: Path, out_dir: Path, split_run: str | None, variant
     c = record.counts
     groups = c.get("by_group") or {}
     out().print(f"{c.get('sources', 0)} photos ({groups.get('easy', 0)} easy, {groups.get('hard', 0)} hard, "
-                f"{c.get('classes', 0)} classes) -> {c.get('images', 0)} images in {out_dir}", highlight=False)
+                f"{c.get('classes', 0)} classes) -> {c.get('images', 0)} images in {shown(out_dir)}", highlight=False)
     out().print("variants: " + ", ".join(f"{k} {v}" for k, v in (c.get("variants") or {}).items()), highlight=False)
     out().print(MaskCounts.from_dict(record.masks).line(), highlight=False)
     for label, key in (("photos skipped", "skipped_sources"), ("not planned", "not_planned")):
         if c.get(key):
             out().print(f"{label}: " + ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in c[key].items()),
                         highlight=False)
-    out().print(f"record: {record.run_dir}", highlight=False)
-    out().print(f"next: `curate evaluate {out_dir} --model NAME` for each model, then `curate attribution {out_dir}`",
+    out().print(f"record: {shown(record.run_dir)}", highlight=False)
+    out().print(f"next: `curate evaluate {shown(out_dir)} --model NAME` for each model, then "
+                f"`curate attribution {shown(out_dir)}`",
                 highlight=False)
 
 
 @main.command("attribution")
-@click.argument("directory", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.argument("directory", type=UserPath(path_type=Path, exists=True, file_okay=False))
 @click.option("--runs", default=None, help="Comma-separated evaluation runs on DIR (default: every one).")
 @click.option("--intervention", default=None, help="The intervention record's run name (default: the latest).")
 @click.option("--bootstrap", "n_boot", type=int, default=1000, show_default=True, help="Paired bootstrap replicates.")
@@ -126,4 +128,4 @@ def attribution_cmd(directory: Path, runs: str | None, intervention: str | None,
     for model in record.models:
         for row in model.flagged:
             out().print(f"[yellow]flagged[/] {model.model} {row.label}: {row.flag}")
-    out().print(f"run: {record.run_dir} (attribution.md, attribution.csv, decomposition.png)", highlight=False)
+    out().print(f"run: {shown(record.run_dir)} (attribution.md, attribution.csv, decomposition.png)", highlight=False)

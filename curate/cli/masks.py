@@ -6,8 +6,8 @@ from pathlib import Path
 
 import click
 
-from curate.cli import StageProgress, err, main, out, progress
-from curate.cli.options import batch_options, device_options, engine_options, run_options
+from curate.cli import StageProgress, err, main, out, progress, shown
+from curate.cli.options import UserPath, batch_options, device_options, engine_options, run_options
 
 MODEL_HELP = ("clipseg:PATH | sam3:PATH | sam:PATH+owlv2:PATH | sam:PATH+grounding-dino:PATH | cam:<CLIP weights "
               "file or name> (PATH: a local model folder or a repo id in the local Hugging Face cache; nothing is "
@@ -15,7 +15,7 @@ MODEL_HELP = ("clipseg:PATH | sam3:PATH | sam:PATH+owlv2:PATH | sam:PATH+groundi
 
 
 @main.command("propose-masks")
-@click.argument("directory", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.argument("directory", type=UserPath(path_type=Path, exists=True, file_okay=False))
 @click.option("--model", default=None, help=f"The mask model: {MODEL_HELP}.")
 @click.option("--prompt", default=None,
               help="Text template with {} for the class name (default: '{}' for sam3 and sam+grounding-dino, "
@@ -89,14 +89,14 @@ def propose_masks_cmd(directory: Path, model: str | None, prompt: str | None, th
     if skipped:
         out().print("not in scope: " + ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in skipped.items()),
                     highlight=False)
-    out().print(f"run: {record.run_dir}", highlight=False)
+    out().print(f"run: {shown(record.run_dir)}", highlight=False)
     if c.get("applied"):
         out().print(f"people verify them: `curate review fiftyone {directory} --launch` (view 'masks to verify') or "
                     f"`curate review labelstudio {directory} --url ...`; then `curate review pull {directory}`",
                     highlight=False)
     out().print(f"how good they are: `curate propose-masks {directory} --measure --run {record.name}`", highlight=False)
     if c.get("failed"):
-        err().print(f"[yellow]{c['failed']} image(s) failed[/]; reasons in {record.run_dir}/proposals.parquet")
+        err().print(f"[yellow]{c['failed']} image(s) failed[/]; reasons in {shown(record.run_dir / 'proposals.parquet')}")
 
 
 def _expand(parts: str) -> str:

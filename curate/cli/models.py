@@ -6,18 +6,19 @@ from pathlib import Path
 import click
 from rich.table import Table
 
-from curate.cli import main, progress
+from curate.cli import main, progress, shown
 from curate.cli import out as stdout
+from curate.cli.options import UserPath
 
 
 @main.command("train-reference")
-@click.argument("world", type=click.Path(path_type=Path, exists=True, file_okay=False))
-@click.option("--out", type=click.Path(path_type=Path), required=True, help="Weights file to write (.pt).")
+@click.argument("world", type=UserPath(path_type=Path, exists=True, file_okay=False))
+@click.option("--out", type=UserPath(path_type=Path), required=True, help="Weights file to write (.pt).")
 @click.option("--steps", type=int, default=250, show_default=True)
 @click.option("--batch-size", type=int, default=128, show_default=True)
 @click.option("--lr", type=float, default=1e-3, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--eval", "eval_dir", type=click.Path(path_type=Path, exists=True, file_okay=False),
+@click.option("--eval", "eval_dir", type=UserPath(path_type=Path, exists=True, file_okay=False),
               help="A synthetic world to report aligned vs conflicting accuracy on.")
 def train_reference_cmd(world: Path, out: Path, steps: int, batch_size: int, lr: float, seed: int, eval_dir: Path | None) -> None:
     """Train the tiny reference CLIP on a synthetic world folder."""
@@ -30,9 +31,9 @@ def train_reference_cmd(world: Path, out: Path, steps: int, batch_size: int, lr:
     with progress() as bar:
         task = bar.add_task("training", total=steps)
         result = train_reference_clip(images, labels, names, out, config, meta={"dataset": str(world)},
-                                      progress=lambda step, loss: bar.update(task, completed=step + 1, description=f"loss {loss:.3f}"))
+                                      progress=lambda step, loss: bar.update(task, completed=step + 1, description=f"training, loss {loss:.3f}"))
     ds.record_provenance("train_reference", {"weights": str(out), "steps": steps, "seconds": round(result.seconds, 1)})
-    stdout().print(f"wrote {out} ({result.seconds:.0f} s, final loss {result.losses[-1]:.3f})")
+    stdout().print(f"wrote {shown(out)} ({result.seconds:.0f} s, final loss {result.losses[-1]:.3f})")
     if eval_dir:
         report = evaluate_shortcut(out, Dataset.open(eval_dir))
         stdout().print(f"aligned {report.aligned_acc:.1f}%  conflicting {report.conflicting_acc:.1f}%  gap {report.gap:.1f} points")

@@ -10,27 +10,50 @@
 - :func:`engine_options`: ``--engine local|ray``, ``--ray-address`` and ``--gpus-per-worker``
   (with ``--engine ray``, ``--workers`` counts model actors);
 - :func:`mask_trust_option`: ``--allow-model-masks`` (every verb whose numbers read object masks:
-  explain, fidelity, audit, collect composite; :mod:`curate.masks.sources`).
+  explain, fidelity, audit, collect composite; :mod:`curate.masks.sources`);
+- :class:`UserPath`: the type of every path option and argument (``click.Path`` that expands
+  ``~``, so ``--out=~/rep``, which no shell expands, means the home folder as ``--pretrained=~/f`` does).
 
 Each is a decorator; the verb receives the options as keyword arguments of the same names.
 """
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from curate.models.base import PRECISIONS
-from curate.models.spec import ModelSpec, specs_from_cli
+if TYPE_CHECKING:
+    from curate.models.spec import ModelSpec
 
-__all__ = ["model_options", "device_options", "run_options", "batch_options", "lvlm_options", "engine_options",
+__all__ = ["UserPath", "expand_home", "model_options", "device_options", "run_options", "batch_options", "lvlm_options", "engine_options",
            "mask_trust_option", "model_specs", "one_model_spec"]
 
 MODEL_HELP = ("open_clip arch, a paper name from the zoo (CLIP-LAION400M-ViT-B/32), timm:<name>, 'auto' "
               "(architecture read from a curate weights file), lvlm:PATH_OR_REPO (a transformers LLaVA-family model) "
               "or endpoint:http://HOST:PORT/v1#NAME (an OpenAI-compatible server with prompt log-probs)")
+
+
+class UserPath(click.Path):
+    """``click.Path`` that expands a leading ``~`` (``~/x``, ``~user/x``) before the checks
+    (``exists=`` ...) run; every path parameter of the CLI uses it."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str):
+            value = os.path.expanduser(value)
+        elif isinstance(value, os.PathLike) and os.fspath(value).startswith("~"):
+            value = type(value)(os.path.expanduser(os.fspath(value)))
+        return super().convert(value, param, ctx)
+
+
+def expand_home(ctx: click.Context | None, param: click.Parameter | None, value: Any) -> Any:
+    """Click callback of the options that take a name *or* a file (``--label-space``, ``--prompts``,
+    ``--pretrained``): a value starting with ``~`` is a file under the home folder (names never start so)."""
+    if isinstance(value, tuple):
+        return tuple(expand_home(ctx, param, v) for v in value)
+    return os.path.expanduser(value) if isinstance(value, str) and value.startswith("~") else value
 
 
 def _apply(func: Callable, decorators: Sequence[Callable]) -> Callable:
@@ -47,7 +70,7 @@ def model_options(*, multiple: bool = False, required: bool = True, default: str
             click.option(name, dest if multiple else dest.rstrip("s"), multiple=multiple,
                          required=required and default is None, default=default,
                          help=MODEL_HELP + (". Repeat for several models." if multiple else ".")),
-            click.option("--pretrained", "pretrained", multiple=multiple,
+            click.option("--pretrained", "pretrained", multiple=multiple, callback=expand_home,
                          help="Tag or weights file" + (" per model, in the same order" if multiple else "")
                               + " ('none' = random weights for an open_clip architecture or timm name; a zoo "
                                 "name always loads its own checkpoint, so omit it there)."),
@@ -57,6 +80,8 @@ def model_options(*, multiple: bool = False, required: bool = True, default: str
 
 def model_specs(models: Sequence[str], pretrained: Sequence[str]) -> list[ModelSpec]:
     """:class:`ModelSpec` per ``--model`` (a usage error when the ``--pretrained`` count differs)."""
+    from curate.models.spec import specs_from_cli
+
     try:
         return specs_from_cli(models, pretrained)
     except ValueError as error:
@@ -65,6 +90,8 @@ def model_specs(models: Sequence[str], pretrained: Sequence[str]) -> list[ModelS
 
 def one_model_spec(model: str | None, pretrained: str | None) -> ModelSpec:
     """The spec of a single-model verb; ``--model auto`` (or none) needs a weights file."""
+    from curate.models.spec import specs_from_cli
+
     name = model or "auto"
     if name == "auto" and not pretrained:
         raise click.UsageError("give --model NAME (and --pretrained), or --pretrained FILE of a curate weights file")
@@ -73,6 +100,8 @@ def one_model_spec(model: str | None, pretrained: str | None) -> ModelSpec:
 
 def device_options(func: Callable) -> Callable:
     """``--device auto|cpu|cuda[:N]`` (default auto) and ``--precision`` (default fp32)."""
+    from curate.models.base import PRECISIONS
+
     return _apply(func, [
         click.option("--device", default="auto", show_default=True, help="auto | cpu | cuda[:N]"),
         click.option("--precision", type=click.Choice(PRECISIONS), default="fp32", show_default=True),
@@ -146,7 +175,7 @@ def creation_vocabulary(label_space: str, backgrounds: str | None) -> tuple[Any,
 
     space = None
     if label_space != "imagenet1k":
-        path = Path(label_space)
+        path = Path(label_space).expanduser()
         if not path.is_file():
             raise click.BadParameter(f"{label_space!r} is neither 'imagenet1k' nor a file", param_hint="--label-space")
         names = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()

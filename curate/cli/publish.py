@@ -6,7 +6,8 @@ from pathlib import Path
 import click
 from rich.table import Table
 
-from curate.cli import err, main, out, progress
+from curate.cli import err, main, out, progress, shown
+from curate.cli.options import UserPath
 
 
 def _licence_line(licence) -> str:
@@ -25,11 +26,11 @@ def _excluded_line(excluded: dict[str, int]) -> str | None:
 
 
 @main.command("publish")
-@click.argument("directory", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.argument("directory", type=UserPath(path_type=Path, exists=True, file_okay=False))
 @click.option("--repo", "repo_id", help="The dataset repo, OWNER/NAME (required to upload).")
 @click.option("--private", is_flag=True, help="Create the repo private (an existing repo keeps its visibility).")
 @click.option("--revision", help="Branch to publish to (created when missing; default main).")
-@click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False),
+@click.option("--out", "out_dir", type=UserPath(path_type=Path, file_okay=False),
               help="Write the Hub folder here and stop (no upload); check it with datasets.load_dataset(FOLDER).")
 @click.option("--dry-run", is_flag=True, help="Write the folder and show the commits an upload would make; send nothing.")
 @click.option("--format", "fmt", type=click.Choice(["hub", "fiftyone"]), default="hub", show_default=True,
@@ -71,7 +72,7 @@ def publish_cmd(directory: Path, repo_id: str | None, private: bool, revision: s
                                       max_shard_bytes=max_shard_bytes, force=force,
                                       progress=lambda d, t: bar.update(task, completed=d, total=t))
         _print_folder(folder)
-        out().print(f"wrote {folder.path} (not uploaded; `curate publish {directory} --repo OWNER/NAME` uploads)")
+        out().print(f"wrote {shown(folder.path)} (not uploaded; `curate publish {directory} --repo OWNER/NAME` uploads)")
         return
     if repo_id is None:
         raise click.BadParameter("give the repo to publish to (--repo OWNER/NAME), or --out FOLDER to only write "
@@ -101,7 +102,7 @@ def publish_cmd(directory: Path, repo_id: str | None, private: bool, revision: s
 
 
 def _print_folder(folder) -> None:
-    table = Table(title=f"Hub folder {folder.path}" + (" (unchanged, reused)" if folder.reused else ""),
+    table = Table(title=f"Hub folder {shown(folder.path)}" + (" (unchanged, reused)" if folder.reused else ""),
                   title_justify="left")
     table.add_column("split")
     table.add_column("images", justify="right")
@@ -114,8 +115,8 @@ def _print_folder(folder) -> None:
 
 
 @main.command("report")
-@click.argument("directory", type=click.Path(path_type=Path, exists=True, file_okay=False))
-@click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False),
+@click.argument("directory", type=UserPath(path_type=Path, exists=True, file_okay=False))
+@click.option("--out", "out_dir", type=UserPath(path_type=Path, file_okay=False),
               help="Folder for report.md / report.html / PNGs (default DIR/runs/report).")
 @click.option("--run", "runs", multiple=True, help="Evaluation run(s) for Table 2 / Fig. 2 (default: all).")
 @click.option("--gallery", type=int, default=3, show_default=True, help="Easy and hard examples per class.")
@@ -124,4 +125,4 @@ def report_cmd(directory: Path, out_dir: Path | None, runs: tuple[str, ...], gal
     from curate.report import REPORT_HTML, build_report
 
     path = build_report(directory, out_dir, runs=list(runs) or None, gallery_per_group=gallery)
-    out().print(f"wrote {path} and {path.with_name(REPORT_HTML)} (figures beside them)")
+    out().print(f"wrote {shown(path)} and {shown(path.with_name(REPORT_HTML))} (figures beside them)")

@@ -20,7 +20,8 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from curate.cli import err, main, out, progress
+from curate.cli import err, main, out, progress, shown
+from curate.cli.options import UserPath
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +61,7 @@ def _print_report(report: Any, limit: int = 50) -> None:
 
 
 @review.command("fiftyone")
-@click.argument("directory", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.argument("directory", type=UserPath(path_type=Path, exists=True, file_okay=False))
 @click.option("--name", help="FiftyOne dataset name (default: the name in dataset.yaml).")
 @click.option("--launch", is_flag=True, help="Serve the App on 127.0.0.1 after the push (Ctrl-C stops it).")
 @click.option("--port", type=int, default=5151, show_default=True, help="The App's port.")
@@ -99,7 +100,7 @@ def review_fiftyone(directory: Path, name: str | None, launch: bool, port: int, 
 
 
 @review.command("pull")
-@click.argument("directory", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.argument("directory", type=UserPath(path_type=Path, exists=True, file_okay=False))
 @click.option("--name", help="FiftyOne dataset name (default: the name in dataset.yaml).")
 @click.option("--on-conflict", type=_ON_CONFLICT, default="report", show_default=True,
               help="report: leave conflicts as they are; view: take the review's value; folder: keep the folder's.")
@@ -131,7 +132,7 @@ def review_pull(directory: Path, name: str | None, on_conflict: str, actor: str 
 @click.option("--all", "all_samples", is_flag=True, help="Import every sample.")
 @click.option("--media", type=click.Choice(["local-files", "url", "inline"]), default="local-files", show_default=True,
               help="How the server gets the images (see `curate review labelstudio --help`).")
-@click.option("--document-root", type=click.Path(path_type=Path, file_okay=False),
+@click.option("--document-root", type=UserPath(path_type=Path, file_okay=False),
               help="The server's LABEL_STUDIO_LOCAL_FILES_DOCUMENT_ROOT (default: that variable).")
 @click.option("--media-url", help="For --media url: where DIR is served (curate review serve-media DIR).")
 @click.option("--on-conflict", type=_ON_CONFLICT, default="report", show_default=True, help="pull: see `review pull`.")
@@ -155,9 +156,9 @@ def review_labelstudio(words: tuple[str, ...], url: str, token_env: str, project
     )
 
     if len(words) == 2 and words[0] == "pull":
-        action, directory = "pull", Path(words[1])
+        action, directory = "pull", Path(words[1]).expanduser()
     elif len(words) == 1 and words[0] != "pull":
-        action, directory = "push", Path(words[0])
+        action, directory = "push", Path(words[0]).expanduser()
     else:
         raise click.UsageError("usage: curate review labelstudio DIR --url URL | curate review labelstudio pull DIR --url URL")
     if not (directory / "dataset.yaml").is_file():
@@ -196,7 +197,7 @@ def review_labelstudio(words: tuple[str, ...], url: str, token_env: str, project
 
 
 @review.command("tags")
-@click.argument("directory", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.argument("directory", type=UserPath(path_type=Path, exists=True, file_okay=False))
 def review_tags(directory: Path) -> None:
     """The reviewer's vocabulary for DIR (tags in FiftyOne, choices in Label Studio)."""
     from curate.review.annotation import annotation_file
@@ -235,7 +236,7 @@ def review_db(action: str) -> None:
 
 
 @review.command("serve-media")
-@click.argument("directory", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.argument("directory", type=UserPath(path_type=Path, exists=True, file_okay=False))
 @click.option("--port", type=int, default=8081, show_default=True)
 @click.option("--address", default="127.0.0.1", show_default=True)
 def review_serve_media(directory: Path, port: int, address: str) -> None:
@@ -244,7 +245,7 @@ def review_serve_media(directory: Path, port: int, address: str) -> None:
 
     server = media_server(directory, port=port, address=address)
     host, bound = server.server_address[:2]
-    out().print(f"serving {directory}/media and masks on http://{host}:{bound}/ (Ctrl-C stops); "
+    out().print(f"serving {shown(directory)}/media and masks on http://{host}:{bound}/ (Ctrl-C stops); "
                 f"push with --media url --media-url http://{host}:{bound}", highlight=False)
     try:
         server.serve_forever()
@@ -256,10 +257,10 @@ def review_serve_media(directory: Path, port: int, address: str) -> None:
 
 @review.command("serve-labelstudio")
 @click.option("--port", type=int, default=8080, show_default=True)
-@click.option("--data-dir", type=click.Path(path_type=Path, file_okay=False),
+@click.option("--data-dir", type=UserPath(path_type=Path, file_okay=False),
               default=Path("~/.local/share/curate-labelstudio").expanduser(), show_default=True,
               help="Label Studio's database and uploads.")
-@click.option("--document-root", type=click.Path(path_type=Path, file_okay=False, exists=True),
+@click.option("--document-root", type=UserPath(path_type=Path, file_okay=False, exists=True),
               help="Serve local files under this folder (an ancestor of your dataset folders).")
 @click.option("--username", default="reviewer@localhost", show_default=True, help="The first user's e-mail.")
 @click.option("--password-env", default="LABEL_STUDIO_PASSWORD", show_default=True,

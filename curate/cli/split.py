@@ -6,8 +6,8 @@ from pathlib import Path
 import click
 from rich.table import Table
 
-from curate.cli import err, main, out, progress
-from curate.cli.options import batch_options, device_options, engine_options, run_options
+from curate.cli import err, main, out, progress, shown
+from curate.cli.options import UserPath, batch_options, device_options, engine_options, expand_home, run_options
 from curate.formatting import num, pct, pct_ci
 
 
@@ -20,10 +20,10 @@ def _bar(bar, task):
 
 
 @main.command("label-backgrounds")
-@click.argument("directory", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.argument("directory", type=UserPath(path_type=Path, exists=True, file_okay=False))
 @click.option("--model", required=True, help="A CLIP: open_clip arch, zoo name, or 'auto' with a curate weights file.")
-@click.option("--pretrained", help="Tag or weights file.")
-@click.option("--prompts", "prompts_file", type=click.Path(path_type=Path, exists=True, dir_okay=False),
+@click.option("--pretrained", callback=expand_home, help="Tag or weights file.")
+@click.option("--prompts", "prompts_file", type=UserPath(path_type=Path, exists=True, dir_okay=False),
               help="YAML with 'phrases' and 'templates' (default datasets/backgrounds.yaml).")
 @click.option("--threshold", type=float, default=0.5, show_default=True,
               help="Below this probability a pre-label gets the tag review:background.")
@@ -74,10 +74,10 @@ def _parse_pin(ds, text: str) -> tuple[int, tuple[str, str]]:
 
 
 @main.command("split")
-@click.argument("directory", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.argument("directory", type=UserPath(path_type=Path, exists=True, file_okay=False))
 @click.option("--reference", "references", multiple=True,
               help="Reference model(s) (paper: CLIP-LAION400M-ViT-B/32); several -> mean accuracy.")
-@click.option("--pretrained", "pretrained", multiple=True, help="Tag or weights file per --reference ('none' for random).")
+@click.option("--pretrained", "pretrained", callback=expand_home, multiple=True, help="Tag or weights file per --reference ('none' for random).")
 @click.option("--predictions", "predictions", multiple=True, help="Finished evaluation run name(s) to use instead.")
 @click.option("--min-per-background", type=int, default=10, show_default=True,
               help="Backgrounds with fewer accepted images are ignored (a curate addition: the paper has no minimum).")
@@ -132,9 +132,13 @@ def split_cmd(directory: Path, references: tuple[str, ...], pretrained: tuple[st
     for column in ("class", "easy bkg", "easy", "hard bkg", "hard", "drop [95% CI]", "cross-fitted", "p", "n easy/hard"):
         table.add_column(column, justify="right" if column in numeric else "left")
     for s in sorted(run.kept, key=lambda s: -s.drop):
-        table.add_row(s.label, s.easy, pct(s.easy_acc), s.hard, pct(s.hard_acc), f"{pct(s.drop)}{pct_ci(s.drop_ci)}",
+        table.add_row(s.label, s.easy + (" (tie)" if s.easy_ties else ""), pct(s.easy_acc),
+                      s.hard + (" (tie)" if s.hard_ties else ""), pct(s.hard_acc), f"{pct(s.drop)}{pct_ci(s.drop_ci)}",
                       pct(s.crossfit_drop), num(s.p_value, 3), f"{s.n_easy}/{s.n_hard}")
     out().print(table)
+    for s in sorted(run.kept, key=lambda s: s.class_index):
+        for note in s.tie_notes:
+            out().print(f"{s.label}: {note}", highlight=False)
     for s in run.dropped:
         out().print(f"[yellow]dropped[/] {s.label}: {s.reason}")
     out().print(rule_text(run.rule))
@@ -143,12 +147,12 @@ def split_cmd(directory: Path, references: tuple[str, ...], pretrained: tuple[st
         out().print(f"reference drop over the kept classes: {run.reference_drop_text()}")
     if run.label_sources is not None:
         out().print(run.label_sources.text)
-    out().print(f"{run.changed} sample(s) changed group; tables and figures in {run.run_dir}")
+    out().print(f"{run.changed} sample(s) changed group; tables and figures in {shown(run.run_dir)}")
 
 
 @main.command("export")
-@click.argument("directory", type=click.Path(path_type=Path, exists=True, file_okay=False))
-@click.argument("out_dir", type=click.Path(path_type=Path))
+@click.argument("directory", type=UserPath(path_type=Path, exists=True, file_okay=False))
+@click.argument("out_dir", type=UserPath(path_type=Path))
 @click.option("--layout", type=click.Choice(["counteranimal", "webdataset"]), default="counteranimal", show_default=True)
 @click.option("--shard-size", type=click.IntRange(min=1), default=1000, show_default=True,
               help="webdataset layout: samples per shard.")
@@ -163,11 +167,11 @@ def export_cmd(directory: Path, out_dir: Path, layout: str, shard_size: int, inc
 
         shards = export_webdataset(directory, out_dir, shard_size=shard_size,
                                    include_restricted=include_restricted_licenses, overwrite=overwrite)
-        out().print(f"wrote {shards.samples} samples in {len(shards.shards)} shard(s) to {shards.out}"
+        out().print(f"wrote {shards.samples} samples in {len(shards.shards)} shard(s) to {shown(shards.out)}"
                     + (f"; {shards.excluded_licence} left out for their licence" if shards.excluded_licence else ""))
         return
     from curate.split.export import export_counteranimal
 
     report = export_counteranimal(directory, out_dir, include_restricted=include_restricted_licenses, overwrite=overwrite)
-    out().print(f"wrote {report.files} files in {report.classes} classes to {report.out}"
+    out().print(f"wrote {report.files} files in {report.classes} classes to {shown(report.out)}"
                 + (f"; {report.excluded_licence} left out for their licence" if report.excluded_licence else ""))

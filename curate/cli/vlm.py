@@ -7,8 +7,8 @@ from pathlib import Path
 import click
 from rich.table import Table
 
-from curate.cli import StageProgress, err, main, out, progress
-from curate.cli.options import device_options, lvlm_options, run_options
+from curate.cli import StageProgress, err, main, out, progress, shown
+from curate.cli.options import UserPath, device_options, expand_home, lvlm_options, run_options
 from curate.formatting import num, pct
 
 ROLE_HELP = "endpoint:http://HOST:PORT/v1#MODEL or lvlm:PATH_OR_REPO"
@@ -24,9 +24,9 @@ def _prompt_option(name: str, help_text: str):
 
 
 @main.command("vlm-explain")
-@click.argument("directory", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.argument("directory", type=UserPath(path_type=Path, exists=True, file_okay=False))
 @click.option("--model", required=True, help=f"The VLM that answers and explains: {ROLE_HELP}.")
-@click.option("--label-space", default="top20", show_default=True,
+@click.option("--label-space", callback=expand_home, default="top20", show_default=True,
               help="Candidates per sample: top20 (the saved 1-vs-20 space) | imagenet1k | dataset | FILE.")
 @click.option("--answer", "answer_mode", type=click.Choice(["generate", "likelihood"]), default="generate",
               show_default=True, help="generate: ask for one of the choices and read the reply (papers/001 App. C); "
@@ -39,7 +39,7 @@ def _prompt_option(name: str, help_text: str):
 @_prompt_option("--explain-prompt", "Step-2 user prompt with {question}, {choices}, {answer}")
 @lvlm_options
 @click.option("--top20-reference", help="Reference CLIP for building the 1-vs-20 space when the dataset has none.")
-@click.option("--top20-pretrained", help="Its tag or weights file.")
+@click.option("--top20-pretrained", callback=expand_home, help="Its tag or weights file.")
 @click.option("--statuses", default="candidate,accepted", show_default=True, help="Comma list of sample statuses.")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the cache of model calls.")
 @device_options
@@ -96,11 +96,11 @@ def vlm_explain_cmd(directory: Path, model: str, label_space: str, answer_mode: 
     out().print(examples)
     cache = run.summary.get("cache") or {}
     err().print(f"• model calls: {cache.get('misses', 0)} made, {cache.get('hits', 0)} from the cache")
-    err().print(f"• run folder: {run.run_dir}")
+    err().print(f"• run folder: {shown(run.run_dir)}")
 
 
 @main.command("vlm-quality")
-@click.argument("directory", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.argument("directory", type=UserPath(path_type=Path, exists=True, file_okay=False))
 @click.option("--run", "source_run", required=True, help="The vlm-explain run whose explanations are scored.")
 @click.option("--qgen", required=True, help=f"Question generator (Visual Fidelity, Alg. 1): {ROLE_HELP}.")
 @click.option("--verifier", required=True, help=f"Verifier that sees the image (Alg. 1): {ROLE_HELP}.")
@@ -147,7 +147,7 @@ def vlm_quality_cmd(directory: Path, source_run: str, qgen: str, verifier: str, 
         out().print_json(json.dumps({"run_dir": str(run.run_dir), **run.summary}, default=str))
         return
     print_quality(run)
-    err().print(f"• run folder: {run.run_dir} (every question, answer, masked explanation, hypothesis and "
+    err().print(f"• run folder: {shown(run.run_dir)} (every question, answer, masked explanation, hypothesis and "
                 f"entailment probability in scores.parquet; reliability diagram reliability.png)")
 
 

@@ -7,16 +7,16 @@ from pathlib import Path
 
 import click
 
-from curate.cli import err, out, progress
+from curate.cli import err, out, progress, shown
 from curate.cli.collect import collect
-from curate.cli.options import creation_vocabulary
+from curate.cli.options import UserPath, creation_vocabulary, expand_home
 
 
 @collect.command("webdataset")
-@click.argument("directory", type=click.Path(path_type=Path))
+@click.argument("directory", type=UserPath(path_type=Path))
 @click.option("--shards", required=True,
               help="Shard files: a brace pattern such as 'data/shard-{000000..000099}.tar' (quote it).")
-@click.option("--label-space", default="imagenet1k", show_default=True,
+@click.option("--label-space", callback=expand_home, default="imagenet1k", show_default=True,
               help="When creating the dataset without a curate.json beside the shards: 'imagenet1k' or a text "
                    "file with one class name per line.")
 @click.option("--backgrounds", help="When creating the dataset: comma-separated background vocabulary.")
@@ -34,7 +34,7 @@ def collect_webdataset_cmd(directory: Path, shards: str, label_space: str, backg
         report = collect_webdataset(directory, shards, label_space=space, backgrounds=vocab, name=name,
                                     batch_size=batch_size,
                                     progress=lambda label, done, target: bar.update(task, completed=done))
-    out().print(f"{report.root}: {report}")
+    out().print(f"{shown(report.root)}: {report}")
     for where, reason in report.quarantined[:10]:
         err().print(f"[yellow]quarantined[/] {where}: {reason}")
     if len(report.quarantined) > 10:

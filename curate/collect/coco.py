@@ -346,7 +346,7 @@ def collect_coco(
     plan = plan_images(coco, chosen, multi=multi, min_area=min_area)
     licenses = {int(lic["id"]): lic for lic in coco.dataset.get("licenses", []) if "id" in lic}
     try:
-        with Journal(root, "coco", identity) as journal:
+        with Journal(ds.root, "coco", identity) as journal:  # ds.root is absolute (a relative root is fine)
             with Engine(ds, journal, client=client, actor="collect.coco", concurrency=concurrency,
                         batch_size=batch_size, progress=progress) as engine:
                 for cid in chosen:

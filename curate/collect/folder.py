@@ -250,7 +250,9 @@ def import_folder(
     """Import the images of ``src`` (``layout`` imagefolder or counteranimal) into ``dataset_root``.
 
     Creates the dataset when missing (``label_space`` default ImageNet-1K, ``backgrounds``
-    default the CounterAnimal vocabulary); an existing dataset keeps its own. ``license`` /
+    default the CounterAnimal vocabulary); an existing dataset (one ``curate create`` made, or an
+    earlier collection) keeps its own, and a ``label_space`` that differs from it or
+    ``backgrounds`` it lacks raise :class:`~curate.store.DatasetError`. ``license`` /
     ``attribution`` apply to files the CSV does not cover. ``status`` defaults to "accepted"
     for the counteranimal layout (a released, curated benchmark) and "candidate" otherwise.
     Each sample: ``source="folder"``, ``source_id`` = the path relative to ``src``; for
@@ -258,16 +260,15 @@ def import_folder(
     Returns the run's :class:`CollectReport` (``report.info["skipped_files"]`` lists files left out).
     """
     root = Path(dataset_root)
-    existing = Dataset.open(root) if (root / "dataset.yaml").exists() else None
-    if existing is not None and label_space is not None and existing.label_space.names != label_space.names:
-        raise DatasetError(f"{root} has the label space {existing.label_space.name!r}, not {label_space.name!r}")
+    existing = _existing_dataset(root, label_space, backgrounds)
     space = existing.label_space if existing is not None else (label_space or imagenet1k())
     vocabulary = existing.backgrounds if existing is not None else list(backgrounds or DEFAULT_BACKGROUNDS)
     # every problem of the source (names, CSV) is found before the dataset is created or touched
     items, skipped = scan_folder(src, layout, space, vocabulary)
     csv_rows = read_licenses_csv(licenses_csv) if licenses_csv is not None else {}
-    ds = existing or Dataset.create(root, name=name or root.name, label_space=space, backgrounds=vocabulary,
-                                    recipe=f"folder:{layout}")
+    # (not `existing or ...`: an empty dataset, e.g. one `curate create` made, has len() 0)
+    ds = existing if existing is not None else Dataset.create(
+        root, name=name or root.absolute().name, label_space=space, backgrounds=vocabulary, recipe=f"folder:{layout}")
     known = {item.rel for item in items}
     unused = sorted(set(csv_rows) - known)
     if unused:
@@ -282,7 +283,7 @@ def import_folder(
     for item in items:
         by_class.setdefault(item.class_index, []).append(item)
     total = len(items)
-    with Journal(root, "folder", identity) as journal:
+    with Journal(ds.root, "folder", identity) as journal:  # ds.root is absolute (a relative root is fine)
         engine_ref: list[Engine] = []
 
         def tick(label: str, done: int, target: int | None) -> None:
@@ -308,6 +309,27 @@ def import_folder(
     entry["jobs"] = jobs
     ds.record_provenance("collect.folder", entry)
     return report
+
+
+def _existing_dataset(root: Path, label_space: LabelSpace | None, backgrounds: Sequence[str] | None) -> Dataset | None:
+    """The dataset already at ``root`` (None when there is none), e.g. one ``curate create`` made.
+
+    As the other collectors: it keeps its own label space and backgrounds; a ``label_space`` that
+    is not the dataset's, or ``backgrounds`` its vocabulary lacks, is a clear error.
+    """
+    if not (root / "dataset.yaml").exists():
+        return None
+    ds = Dataset.open(root)
+    if label_space is not None and ds.label_space.names != label_space.names:
+        raise DatasetError(
+            f"{root} has the label space {ds.label_space.name!r} ({len(ds.label_space)} classes), not "
+            f"{label_space.name!r} ({len(label_space)} classes); leave out --label-space to add to it with its own "
+            "label space, or collect into a new folder")
+    missing = [b for b in backgrounds or () if b not in ds.backgrounds]
+    if missing:
+        raise DatasetError(f"{root}: backgrounds {missing} are not in the dataset's vocabulary {ds.backgrounds}; "
+                           "leave out --backgrounds to use its own, or collect into a new folder")
+    return ds
 
 
 def _stream(items: Sequence[FolderItem], src_root: Path, csv_rows: Mapping[str, Mapping[str, str]],

@@ -12,6 +12,9 @@ What it does:
 - **Retries** on 429 (honouring ``Retry-After``, seconds or an HTTP date), 5xx (500, 502, 503,
   504), timeouts, dropped connections and bodies shorter than their ``Content-Length``, with
   exponential backoff and jitter: wait = min(base * 2**(attempt-1), cap) * (1 + U(0, jitter)).
+  No network is said at once: a host name that does not resolve fails the call without a
+  retry (code ``unresolved_host``), a refused connection after at most
+  :data:`REFUSED_ATTEMPTS` quick tries (``connection_refused``).
   A ``Retry-After`` longer than ``max_retry_after`` is not slept through: the call fails with a
   message saying when to re-run (every collector resumes).
 - **Safety**: only ``http``/``https`` URLs without credentials; downloads optionally restricted
@@ -30,6 +33,7 @@ import logging
 import math
 import random
 import re
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -38,6 +42,7 @@ from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 import requests
+import urllib3
 
 from curate import __version__
 
@@ -53,6 +58,10 @@ MAX_JSON_BYTES = 32 * 1024 * 1024
 MAX_DOWNLOAD_BYTES = 64 * 1024 * 1024
 MAX_REDIRECTS = 5
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+#: A refused connection (nothing listens there) is tried at most this many times, at most
+#: REFUSED_BACKOFF seconds apart (a server restarting gets a moment, an absent one no minutes).
+REFUSED_ATTEMPTS = 3
+REFUSED_BACKOFF = 0.5
 
 _UNITS = {"s": 1.0, "sec": 1.0, "second": 1.0, "m": 60.0, "min": 60.0, "minute": 60.0,
           "h": 3600.0, "hour": 3600.0, "d": 86400.0, "day": 86400.0}
@@ -450,6 +459,7 @@ class PoliteClient:
                  headers: Mapping[str, str] | None = None) -> tuple[bytes, requests.structures.CaseInsensitiveDict]:
         policy = self.retry
         last_problem = "no attempt made"
+        refused = 0
         for attempt in range(1, policy.max_attempts + 1):
             limiter.acquire(1)
             if kind == "api":
@@ -466,6 +476,18 @@ class PoliteClient:
             except requests.Timeout as exc:
                 last_problem, code = f"timed out ({type(exc).__name__})", "timeout"
             except requests.ConnectionError as exc:
+                cause = connection_failure(exc)
+                if cause == "unresolved":  # no use retrying: say so at once
+                    raise HttpError(url, f"the host {host_of(url)!r} cannot be resolved (no network?); check the "
+                                    "connection and the URL, then run the same command again (it resumes)",
+                                    retryable=True, code="unresolved_host") from None
+                if cause == "refused":
+                    refused += 1
+                    if refused >= REFUSED_ATTEMPTS or attempt == policy.max_attempts:
+                        raise HttpError(url, f"{_netloc(url)} refused the connection (is the server running? no "
+                                        "network?); run the same command again later (it resumes)",
+                                        retryable=True, code="connection_refused") from None
+                    wait = min(policy.backoff(attempt), REFUSED_BACKOFF)
                 last_problem, code = f"connection failed ({_short(exc)})", "connection"
             else:
                 with response:
@@ -551,6 +573,39 @@ class PoliteClient:
         if expected is not None and total != expected:
             raise _Truncated(f"the body is {total} bytes but Content-Length says {expected}")
         return b"".join(chunks)
+
+
+_NAME_RESOLUTION_ERRORS: tuple[type[BaseException], ...] = (socket.gaierror,) + tuple(
+    t for t in (getattr(urllib3.exceptions, "NameResolutionError", None),) if t is not None)  # urllib3 >= 2
+
+
+def connection_failure(exc: BaseException) -> str | None:
+    """``"unresolved"`` when ``exc`` (a requests ConnectionError) comes from a host name that does
+    not resolve (DNS failure, ``socket.gaierror``), ``"refused"`` when nothing listens at the
+    address (``ConnectionRefusedError``), else None (a dropped or reset connection...)."""
+    seen: set[int] = set()
+    todo: list[Any] = [exc]
+    refused = False
+    while todo:
+        item = todo.pop()
+        if not isinstance(item, BaseException) or id(item) in seen:
+            continue
+        seen.add(id(item))
+        if isinstance(item, _NAME_RESOLUTION_ERRORS):
+            return "unresolved"
+        if isinstance(item, ConnectionRefusedError):
+            refused = True
+        todo += [item.__cause__, item.__context__, getattr(item, "reason", None), *item.args]
+    return "refused" if refused else None
+
+
+def _netloc(url: str) -> str:
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    return f"{parts.hostname}:{port}" if port else str(parts.hostname)
 
 
 class _Truncated(Exception):

@@ -652,7 +652,7 @@ def collect_inat(
                                    download_rate=download_rate, byte_rate=byte_rate, contact=contact)
     api = INatAPI(client, api_url)
     try:
-        with Journal(root, "inat", settings.identity()) as journal:
+        with Journal(ds.root, "inat", settings.identity()) as journal:  # ds.root is absolute
             taxa = _resolve_all(api, journal, classes, ds.label_space)
             with Engine(ds, journal, client=client, actor="collect.inat", concurrency=concurrency,
                         batch_size=batch_size, progress=progress) as engine:

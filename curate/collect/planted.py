@@ -8,8 +8,10 @@ known rate, and records what was planted in the sample's ``extra`` (keys ``plant
 ``planted_detail``, ``true_class``, ``duplicate_of``): a truth column that the audit checks
 never read (they read pixels, masks, labels and CLIP features only; see docs/design.md#audit).
 
-Kinds (at most one per sample, drawn from its own random stream ``[seed, index, 7]`` so the
-clean part of every sample is exactly what the world without problems draws):
+Kinds (at most one per sample, drawn from its own random stream ``[seed, index, 7]``,
+:func:`plant_rng`, so the clean part of every sample is exactly what the world without
+problems draws; it draws with :mod:`curate.collect.world_draw` and never imports
+:mod:`curate.collect.synthetic`, which imports it):
 
 ==================  ===============================================================
 ``wrong_label``     the silhouette of another class, labelled with the sample's class
@@ -32,6 +34,8 @@ from collections.abc import Mapping
 
 import numpy as np
 from PIL import Image, ImageFilter
+
+from curate.collect.world_draw import draw_mask, eroded, object_texture
 
 #: Planted kind -> the WorldSpec field holding its rate (in the order kinds are drawn).
 RATE_FIELDS: dict[str, str] = {
@@ -60,7 +64,8 @@ def check_rates(spec) -> None:
         raise ValueError(f"the planted problem rates add up to {total:.3f} > 1 (each sample gets at most one)")
 
 
-def _rng(spec, index: int) -> np.random.Generator:
+def plant_rng(spec, index: int) -> np.random.Generator:
+    """Sample ``index``'s planting stream ``[seed, index, PLANT_STREAM]`` (its first draw picks the kind)."""
     return np.random.default_rng([spec.seed, index, PLANT_STREAM])
 
 
@@ -69,7 +74,7 @@ def problem_of(spec, index: int) -> str | None:
     rates = rates_of(spec)
     if not rates:
         return None
-    u = _rng(spec, index).random()
+    u = plant_rng(spec, index).random()
     edge = 0.0
     for kind, rate in rates.items():
         edge += rate
@@ -84,7 +89,7 @@ def duplicate_source(spec, index: int) -> int | None:
     """The sample a duplicate copies: the nearest earlier sample of the same class with no problem."""
     start = (index // spec.per_class) * spec.per_class
     for j in range(index - 1, start - 1, -1):
-        u = _rng(spec, j).random()
+        u = plant_rng(spec, j).random()
         edge, kind_j = 0.0, None
         for kind, rate in rates_of(spec).items():
             edge += rate
@@ -104,9 +109,7 @@ def other_class(spec, index: int, rng: np.random.Generator, cls):
 
 
 def _outline(obj: np.ndarray, mask: np.ndarray, bg: np.ndarray) -> np.ndarray:
-    from curate.collect.synthetic import _eroded
-
-    edge = mask.astype(bool) & ~_eroded(mask.astype(bool))
+    edge = mask.astype(bool) & ~eroded(mask.astype(bool))
     luminance = float((bg @ np.array([0.299, 0.587, 0.114], np.float32)).mean())
     out = obj.copy()
     out[edge] = 20.0 if luminance > 110 else 235.0
@@ -122,9 +125,7 @@ def apply_problem(kind: str, spec, index: int, cls, bg: np.ndarray, obj: np.ndar
                   image: np.ndarray) -> tuple[np.ndarray, np.ndarray, dict]:
     """(image, mask, truth) of a sample with ``kind`` planted (not for duplicates or wrong labels,
     which are drawn differently; see :func:`curate.collect.synthetic.generate_sample`)."""
-    from curate.collect.synthetic import _draw_mask
-
-    rng = _rng(spec, index)
+    rng = plant_rng(spec, index)
     rng.random()  # the draw that chose the kind
     size = spec.image_size
     truth: dict = {"planted": kind}
@@ -153,7 +154,7 @@ def apply_problem(kind: str, spec, index: int, cls, bg: np.ndarray, obj: np.ndar
     if kind == "second_object":
         second = other_class(spec, index, rng, cls)
         truth["planted_detail"] = second.name
-        small = _draw_mask(second.shape, size, rng)
+        small = draw_mask(second.shape, size, rng)
         # shrink the second silhouette to ~70% and move it to the corner farthest from the object
         scale = 0.7
         inner = int(round(size * scale))
@@ -164,9 +165,7 @@ def apply_problem(kind: str, spec, index: int, cls, bg: np.ndarray, obj: np.ndar
         ox = 0 if cx > size / 2 else size - inner
         second_mask = np.zeros((size, size), bool)
         second_mask[oy:oy + inner, ox:ox + inner] = shrunk
-        from curate.collect.synthetic import _object_texture
-
-        obj2 = _outline(_object_texture(size, rng), second_mask.astype(np.uint8), bg)
+        obj2 = _outline(object_texture(size, rng), second_mask.astype(np.uint8), bg)
         image = image.copy()
         image[second_mask] = np.clip(obj2[second_mask], 0, 255).astype(np.uint8)
         mask = (mask.astype(bool) & ~second_mask).astype(np.uint8)
@@ -202,7 +201,7 @@ def apply_problem(kind: str, spec, index: int, cls, bg: np.ndarray, obj: np.ndar
 def duplicate_of(kind: str, spec, index: int, source_image: np.ndarray, source_mask: np.ndarray
                  ) -> tuple[np.ndarray, np.ndarray, dict]:
     """(image, mask, truth) of a duplicate of ``source`` (see the module docstring)."""
-    rng = _rng(spec, index)
+    rng = plant_rng(spec, index)
     rng.random()
     image = source_image.copy()
     mask = source_mask.copy()

@@ -6,9 +6,11 @@ always consecutive runs of ``batch_size`` ids in the order given, whatever the e
 fp32 CPU output is bit-identical on every engine (BLAS kernels round differently for different
 batch shapes, so the batches themselves must match). Writing the results (the feature cache)
 is the caller's job (:func:`curate.features.compute_features`), so every engine fills the same
-cache. Implementations: :class:`curate.engine.local.LocalEngine` (in-process, a torch
-``DataLoader``) and :class:`curate.engine.ray_data.RayEngine` (Ray Data: CPU decode tasks and
-a model actor pool). Another engine (Spark, Daft) implements :meth:`Engine.map_batches`.
+cache; the engines never import the cache (it imports them): what they run per batch lives in
+:mod:`curate.engine.images`, or comes in the job (:attr:`EncodeJob.output`). Implementations:
+:class:`curate.engine.local.LocalEngine` (in-process, a torch ``DataLoader``) and
+:class:`curate.engine.ray_data.RayEngine` (Ray Data: CPU decode tasks and a model actor pool).
+Another engine (Spark, Daft) implements :meth:`Engine.map_batches`.
 """
 from __future__ import annotations
 
@@ -85,10 +87,15 @@ class EncodeJob:
     kind: str
     batch_size: int = 256
     factory: Callable[[], Any] | None = None
+    #: ``output(model, kind, batch)``: the tensor to keep per image (None:
+    #: :func:`curate.engine.images.model_output`); picklable (a module-level function) for remote workers
+    output: Callable[[Any, str, Any], Any] | None = None
 
     @classmethod
-    def for_model(cls, model: Any, kind: str, *, batch_size: int = 256) -> EncodeJob:
-        return cls(model=model, kind=kind, batch_size=batch_size, factory=getattr(model, "factory", None))
+    def for_model(cls, model: Any, kind: str, *, batch_size: int = 256,
+                  output: Callable[[Any, str, Any], Any] | None = None) -> EncodeJob:
+        return cls(model=model, kind=kind, batch_size=batch_size, factory=getattr(model, "factory", None),
+                   output=output)
 
     def remote_factory(self, device: str) -> Callable[[], Any]:
         """The factory a remote worker calls (:func:`remote_factory` of this job's model)."""
@@ -230,14 +237,19 @@ def _run_halving(run: Callable[[Any], Any], batch: Any) -> np.ndarray:
         return np.concatenate([_run_halving(run, batch[:half]), _run_halving(run, batch[half:])])
 
 
-def encode_batch(model: Any, kind: str, ids: Sequence[str], pixels: Any, errors: Sequence[str]) -> BatchOutput:
+def encode_batch(model: Any, kind: str, ids: Sequence[str], pixels: Any, errors: Sequence[str],
+                 output: Callable[[Any, str, Any], Any] | None = None) -> BatchOutput:
     """Run ``model`` on the decoded rows of one batch (``errors[i]`` non-empty: decoding failed).
 
-    Outputs with NaN/inf become failures. The batch halves on out-of-memory.
+    ``output(model, kind, batch)`` computes the outputs (default
+    :func:`curate.engine.images.model_output`). Outputs with NaN/inf become failures. The batch
+    halves on out-of-memory.
     """
     import torch
 
-    from curate.features import model_output
+    from curate.engine.images import model_output
+
+    run = output or model_output
 
     failed = {ids[i]: e for i, e in enumerate(errors) if e}
     good = [i for i, e in enumerate(errors) if not e]
@@ -246,7 +258,7 @@ def encode_batch(model: Any, kind: str, ids: Sequence[str], pixels: Any, errors:
     batch = torch.as_tensor(pixels)
     if len(good) < len(ids):
         batch = batch[good]
-    values = _run_halving(lambda b: model_output(model, kind, b), batch)
+    values = _run_halving(lambda b: run(model, kind, b), batch)
     finite = np.isfinite(values).all(axis=1)
     for j in np.flatnonzero(~finite):
         failed[ids[good[j]]] = "non-finite model output (NaN or inf)"

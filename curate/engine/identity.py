@@ -35,7 +35,7 @@ from typing import Any
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["IDENTITY_DIR", "LazyModel", "StaleIdentityError", "identity_key", "lazy_model"]
+__all__ = ["IDENTITY_DIR", "LazyModel", "StaleIdentityError", "identity_key", "lazy_model", "preprocessing_fingerprint"]
 
 IDENTITY_DIR = Path("features") / "models"
 IDENTITY_VERSION = 1
@@ -77,9 +77,16 @@ def _record_path(root: Path, key: dict[str, Any]) -> Path:
     return Path(root) / IDENTITY_DIR / f"{digest}.json"
 
 
-def _identity_of(model: Any) -> dict[str, Any]:
-    from curate.features import preprocessing_fingerprint
+def preprocessing_fingerprint(model: Any) -> str:
+    """A stable description of the model's eval transform (part of every cache key).
 
+    A model not yet loaded (:class:`LazyModel`) carries the fingerprint recorded when it was
+    last loaded, so looking a cache up does not load it."""
+    recorded = getattr(model, "preprocess_fingerprint", None)
+    return recorded if isinstance(recorded, str) else repr(model.preprocess)
+
+
+def _identity_of(model: Any) -> dict[str, Any]:
     return {"model_id": model.model_id, "kind": model.kind, "cache_safe": bool(model.cache_safe),
             "preprocess": preprocessing_fingerprint(model), "image_size": list(model.image_size),
             "info": model.info}

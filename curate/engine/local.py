@@ -56,17 +56,17 @@ class LocalEngine:
     def _encode(self, dataset: Any, sample_ids: Sequence[str], job: EncodeJob) -> Iterator[BatchOutput]:
         import torch
 
-        from curate.features import _ImageFiles, default_workers
+        from curate.engine.images import ImageFiles, default_workers
 
         if not sample_ids:
             return
         model = job.model
         batches = batches_of(sample_ids, job.batch_size)
         ids = [sid for batch in batches for sid in batch]
-        files = _ImageFiles([dataset.image_path(sid) for sid in ids], model.preprocess, model.image_size)
+        files = ImageFiles([dataset.image_path(sid) for sid in ids], model.preprocess, model.image_size)
         workers = default_workers(model.device) if self.workers is None else self.workers
         loader = torch.utils.data.DataLoader(files, batch_size=job.batch_size, shuffle=False, num_workers=workers,
                                              pin_memory=model.device.type == "cuda", persistent_workers=False)
         for indices, pixels, errors in loader:
             batch_ids = [ids[int(i)] for i in indices]
-            yield encode_batch(model, job.kind, batch_ids, pixels, list(errors))
+            yield encode_batch(model, job.kind, batch_ids, pixels, list(errors), job.output)

@@ -90,11 +90,11 @@ def _manifests(refs: list[Any]) -> list[dict[str, Any]]:
 def _decode(batch: dict[str, np.ndarray], *, root: str, preprocess: Any,
             image_size: tuple[int, int]) -> dict[str, np.ndarray]:
     """CPU task: decode and preprocess the images of each manifest row (failures kept with a reason)."""
-    from curate.features import _ImageFiles
+    from curate.engine.images import ImageFiles
 
     out_ids, out_pixels, out_errors = [], [], []
     for ids, paths in zip(batch["ids"], batch["paths"]):
-        files = _ImageFiles([Path(root) / p for p in paths], preprocess, image_size)
+        files = ImageFiles([Path(root) / p for p in paths], preprocess, image_size)
         items = [files[i] for i in range(len(files))]
         out_ids.append(np.array(list(ids), dtype=object))
         out_pixels.append(np.stack([t.numpy() for _, t, _ in items]).astype(np.float32))
@@ -114,12 +114,13 @@ def _objects(items: list[Any]) -> np.ndarray:
 class _Encode:
     """Actor: one model load, then one batch per call."""
 
-    def __init__(self, factory: Any, kind: str, threads: int) -> None:
+    def __init__(self, factory: Any, kind: str, threads: int, output: Any = None) -> None:
         import torch
 
         torch.set_num_threads(max(1, threads))
         self.model = factory()
         self.kind = kind
+        self.output = output
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         from curate.engine.base import encode_batch
@@ -127,7 +128,7 @@ class _Encode:
         outs = []
         for ids, pixels, errors in zip(batch["ids"], batch["pixels"], batch["errors"]):
             out = encode_batch(self.model, self.kind, [str(s) for s in ids], np.asarray(pixels, np.float32),
-                               [str(e) for e in errors])
+                               [str(e) for e in errors], self.output)
             outs.append(out)
         return {"ids": _objects([np.array(o.sample_ids, dtype=object) for o in outs]),
                 "values": _objects([o.values for o in outs]),
@@ -264,7 +265,7 @@ class RayEngine:
                          compute=ray.data.ActorPoolStrategy(size=self.workers),
                          num_cpus=actor_cpus, num_gpus=self.gpus_per_worker or None,
                          fn_constructor_kwargs={"factory": factory, "kind": job.kind,
-                                                "threads": max(1, round(actor_cpus))})
+                                                "threads": max(1, round(actor_cpus)), "output": job.output})
         )
         for batch in pipeline.iter_batches(batch_size=None, batch_format="numpy"):
             for ids, values, failed_ids, reasons in zip(batch["ids"], batch["values"], batch["failed_ids"],

@@ -242,8 +242,12 @@ class LoadedModel(abc.ABC):
         )
 
     def __repr__(self) -> str:
-        return (
-            f"{type(self).__name__}(model_id={self.model_id!r}, kind={self.kind!r}, "
-            f"image_size={self.image_size}, embed_dim={self.embed_dim}, device={str(self.device)!r}, "
-            f"precision={self.precision!r})"
-        )
+        fields = []
+        for name in ("image_size", "embed_dim"):  # an LVLM has no embedding size: its property refuses
+            try:
+                fields.append(f"{name}={getattr(self, name)}")
+            except (AttributeError, TypeError, NotImplementedError):
+                continue
+        return (f"{type(self).__name__}(model_id={self.model_id!r}, kind={self.kind!r}, {', '.join(fields)}"
+                f"{', ' if fields else ''}device={str(getattr(self, 'device', ''))!r}, "
+                f"precision={getattr(self, 'precision', '')!r})")

@@ -4,7 +4,7 @@ body that says what the set is, how to load it, its licences, how it was built a
 Metadata: ``license`` (:mod:`curate.licenses`; ``license_name`` / ``license_link`` for
 ``other``), ``pretty_name``, ``task_categories``, ``size_categories``, ``tags`` (with
 ``non-commercial`` when any image is NC), ``configs`` (the ``default`` config, one split per
-group: :mod:`curate.publish.hub`) and ``dataset_info`` (features, splits, sizes), as ``datasets``'
+group: :mod:`curate.publish.layout`) and ``dataset_info`` (features, splits, sizes), as ``datasets``'
 own ``push_to_hub`` writes them.
 
 Body: summary and loading snippet; licences (NC notice, per-licence table, what was left out
@@ -29,12 +29,13 @@ from curate import __version__
 from curate.formatting import md_table
 from curate.licenses import EXCLUSION_REASONS, CardLicence
 from curate.masks.sources import mask_source
+from curate.publish.layout import ATTRIBUTION_FILE, COLUMN_DOCS
 
 if TYPE_CHECKING:  # pragma: no cover
     from datasets import Features
     from huggingface_hub import DatasetCard
 
-    from curate.publish.hub import Selection, Shard
+    from curate.publish.layout import Selection, Shard
     from curate.store import Dataset
 
 log = logging.getLogger(__name__)
@@ -212,8 +213,6 @@ def _licences(selection: Selection, licence: CardLicence, attribution_file: str)
 
 
 def _fields(features: Features) -> str:
-    from curate.publish.hub import COLUMN_DOCS
-
     rows = []
     for name, feature in features.items():
         kind = type(feature).__name__
@@ -337,7 +336,7 @@ def _citation() -> str:
 
 def card_body(ds: Dataset, selection: Selection, *, licence: CardLicence, features: Features,
               labels: Sequence[str], shards: Sequence[Shard], download_bytes: Mapping[str, int],
-              repo_id: str | None, attribution_file: str = "ATTRIBUTION.csv") -> str:
+              repo_id: str | None, attribution_file: str = ATTRIBUTION_FILE) -> str:
     """The card's Markdown body (see the module docstring)."""
     header, rows = per_class_rows(ds, selection, labels)
     sections = [

@@ -42,7 +42,7 @@ import os
 import shutil
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -53,6 +53,9 @@ from curate.licenses import (
     card_licence,
     classify_licence,
 )
+from curate.publish.layout import ATTRIBUTION_FILE, CARD_FILE, GROUP_NAMES, SPLITS, Selection, Shard
+from curate.publish.layout import COLUMN_DOCS as COLUMN_DOCS  # re-exported: the names below were defined here
+from curate.publish.layout import DATA_DIR as DATA_DIR
 
 if TYPE_CHECKING:  # pragma: no cover
     from datasets import Features
@@ -64,12 +67,6 @@ log = logging.getLogger(__name__)
 #: Bump when the layout or the columns change (part of the fingerprint).
 FORMAT_VERSION = 1
 MANIFEST = ".curate-publish.json"
-ATTRIBUTION_FILE = "ATTRIBUTION.csv"
-CARD_FILE = "README.md"
-DATA_DIR = "data"
-#: The splits of the ``default`` config, in order.
-SPLITS: tuple[str, ...] = ("easy", "hard", "other")
-GROUP_NAMES: tuple[str, ...] = ("easy", "hard")
 DEFAULT_MAX_SHARD_BYTES = 500 * 1000 * 1000
 #: Rows per parquet row group (the Hub's viewer reads image datasets 100 rows at a time).
 ROW_GROUP_SIZE = 100
@@ -77,32 +74,6 @@ ROW_GROUP_SIZE = 100
 PRIVATE_EXTRA_KEYS: frozenset[str] = frozenset({
     "location", "place", "latitude", "longitude", "geojson", "public_location", "observed_at", "coordinates",
 })
-
-#: The published columns, in order, with what each holds (the card's field table).
-COLUMN_DOCS: dict[str, str] = {
-    "image": "The image, its stored bytes embedded unchanged (JPEG or PNG, upright 8-bit RGB).",
-    "mask": "Object mask (PNG, 0 = background, 1..255 = object / instance ids, image size), or null.",
-    "sample_id": "curate's stable id: the first 16 hex digits of the image's sha256.",
-    "label": "The class (ClassLabel over the published classes).",
-    "class_index": "The class's index in the dataset's label space (see the card), e.g. ImageNet-1K for 1-vs-1000.",
-    "class_name": "The label space's name for `class_index`.",
-    "group": "easy | hard (the split, papers/003 §2.1); null in the `other` split.",
-    "background": "The background label (ClassLabel over the background vocabulary), or null.",
-    "background_source": "Who labelled the background: human | model | synthetic.",
-    "width": "Image width in pixels.",
-    "height": "Image height in pixels.",
-    "sha256": "sha256 of the image bytes.",
-    "source": "Where the image came from: inat | coco | folder | synthetic | ...",
-    "source_id": "The image's id at its source.",
-    "source_url": "URL of the original image, when there is one.",
-    "license": "The image's licence (normalised code, e.g. cc-by-nc).",
-    "license_as_stated": "The licence as the source states it (with its version, when given).",
-    "attribution": "Who to credit, as the source states it.",
-    "mask_status": "State of the mask (synthetic, coco, model, reviewed, ...).",
-    "tags": "Free tags given during curation.",
-    "extra": "Further per-sample fields (JSON object; location fields removed).",
-}
-
 
 class PublishError(RuntimeError):
     """Publishing cannot go on; the message says what was wrong and what to do."""
@@ -119,21 +90,6 @@ def require_datasets() -> Any:
 
 
 # ----------------------------------------------------------------------------- selection
-@dataclass
-class Selection:
-    """The rows to publish (publication order) and what was left out, and why."""
-
-    rows: list[dict[str, Any]]
-    #: Reason -> count of rows not published (see :func:`select_rows`).
-    excluded: dict[str, int] = field(default_factory=dict)
-    #: Licence code -> count of rows left out for their licence.
-    excluded_licences: dict[str, int] = field(default_factory=dict)
-
-    def split_counts(self) -> dict[str, int]:
-        counts = Counter(r["split"] for r in self.rows)
-        return {s: counts[s] for s in SPLITS if counts[s]}
-
-
 def select_rows(ds: Dataset, *, include_unsplit: bool = False) -> Selection:
     """The rows :func:`write_hub_folder` publishes, each with ``split`` and ``license_code`` added.
 
@@ -220,20 +176,6 @@ def public_extra(text: str | None) -> str:
 
 
 # ----------------------------------------------------------------------------- shards
-@dataclass(frozen=True)
-class Shard:
-    """One parquet file of a split: its rows (indices into the selection) and its repo path."""
-
-    split: str
-    index: int
-    count: int
-    rows: tuple[int, ...]
-
-    @property
-    def path(self) -> str:
-        return f"{DATA_DIR}/{self.split}-{self.index:05d}-of-{self.count:05d}.parquet"
-
-
 def plan_shards(ds: Dataset, rows: Sequence[Mapping[str, Any]], max_shard_bytes: int) -> list[Shard]:
     """Group each split's rows into shards of at most ``max_shard_bytes`` of image + mask bytes
     (a single larger row gets a shard of its own). Deterministic for a given folder."""

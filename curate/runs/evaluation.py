@@ -248,6 +248,14 @@ class EvaluationRun(RunRecord):
         return int(self.dataset.get("images_encoded") or 0)
 
     @property
+    def images_cached(self) -> int:
+        """Images whose outputs came from the feature cache: the samples less those encoded
+        (LVLM runs keep no feature cache: 0)."""
+        if self.family == "lvlm":
+            return 0
+        return max(0, int(self.dataset.get("samples") or 0) - self.images_encoded)
+
+    @property
     def excluded_count(self) -> int:
         return int((self.metrics.get("excluded") or {}).get("count") or 0)
 

@@ -129,6 +129,9 @@ class FidelityConfig:
     elements: str = ""
     #: :meth:`MaskCounts.as_dict` of the ``mask`` reference's masks; None: no mask method, or an older run
     masks: Mapping[str, Any] | None = None
+    #: what was passed (:func:`curate.stages.common.model_identity`: name, pretrained, model_id, passed =
+    #: spec | loaded); None: an older run, or a run computed without the stage (compute_fidelity alone)
+    model_identity: Mapping[str, Any] | None = None
 
     @property
     def n_seeds(self) -> int:
@@ -147,7 +150,8 @@ class FidelityConfig:
                 "seed": self.seed, "seeds": list(self.seeds), "marginal": self.marginal, "images": self.images,
                 "finetune": self.finetune.to_dict(), "label_columns": self.label_columns,
                 "skipped": dict(self.skipped), "baseline": self.baseline, "elements": self.elements,
-                "masks": None if self.masks is None else dict(self.masks)}
+                "masks": None if self.masks is None else dict(self.masks),
+                **({"model_identity": dict(self.model_identity)} if self.model_identity is not None else {})}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> FidelityConfig:
@@ -162,7 +166,8 @@ class FidelityConfig:
             finetune=FinetuneInfo.from_dict(data.get("finetune")), label_columns=int(data.get("label_columns") or 0),
             skipped={str(k): int(v) for k, v in (data.get("skipped") or {}).items()},
             baseline=str(data.get("baseline") or ""), elements=str(data.get("elements") or ""),
-            masks=dict(data["masks"]) if isinstance(data.get("masks"), Mapping) else None)
+            masks=dict(data["masks"]) if isinstance(data.get("masks"), Mapping) else None,
+            model_identity=dict(data["model_identity"]) if isinstance(data.get("model_identity"), Mapping) else None)
 
 
 # ----------------------------------------------------------------------------- ranking rows

@@ -4,19 +4,30 @@ Files (``runs/<name>/``):
 
 - ``config.json``: ``rule`` (the :class:`curate.split.discovery.SplitRule` fields), ``references``
   (one entry per reference evaluation run: run, name, pretrained, model_id, label_space,
-  prompts), ``reference`` (the first of them), ``prompt``, ``pins``, ``label_sources`` (how many
+  prompts, and ``passed``: what the caller gave -- "spec" (a ModelSpec, a name or a weights
+  file), "loaded" (an already loaded model; name and pretrained are then what it records of its
+  own origin, :func:`curate.stages.common.model_identity`) or "predictions" (a finished evaluation
+  run)), ``reference`` (the first of them), ``prompt``, ``pins``, ``label_sources`` (how many
   of the background labels the rule used came from people, the synthetic world, or a model),
   the counts (``kept_classes``, ``dropped_classes``, ``easy_samples``, ``hard_samples``) and
   ``changed`` (samples whose group this run changed);
 - ``split.json``: ``classes`` (one row per class: the decision, easy/hard backgrounds and
-  accuracies, the in-sample drop and its interval, the permutation p-value, the cross-fitted
-  drop, counts and every (class, background) cell), plus the noise summary, the reference drop
-  and the config again for readers outside curate;
-- ``split.md`` / ``split.csv`` (the paper's Tables 1 and 5 with curate's columns),
-  ``cells.csv`` (every class x background accuracy), ``fig3_counts.png`` and ``fig4_drops.png``.
+  accuracies, the backgrounds tied with them (``easy_ties`` / ``hard_ties``), the in-sample drop
+  and its interval, the permutation p-value, the cross-fitted drop, counts and every
+  (class, background) cell), plus the noise summary, the reference drop and the config again for
+  readers outside curate;
+- ``split.md`` / ``split.csv`` (the paper's Tables 1 and 5 with curate's columns; ties marked and
+  explained), ``cells.csv`` (every class x background accuracy): written by the record, from
+  :mod:`curate.split.tables_text` (no figure code);
+- ``fig3_counts.png`` and ``fig4_drops.png``: written by the split stage
+  (:func:`curate.split.tables.write_figures`) before the record, so the record imports no
+  matplotlib; a record written on its own has no figures.
 
 Version 1 (before cross-fitting and label sources) has the same files; it loads with
-``rule.crossfit_folds = 0``, NaN cross-fitted drops and unknown label sources.
+``rule.crossfit_folds = 0``, NaN cross-fitted drops and unknown label sources. Versions 1 and 2
+(before ties were recorded) load with each class's ties derived from its cells (the cells hold
+every accuracy, n and eligibility the rule saw, so the derivation is exact) and references with
+``passed = None``.
 
 Accuracies and drops are fractions in [0, 1]; tables print them as points.
 """
@@ -24,13 +35,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
 
 from curate.jsonio import write_json
 from curate.runs.base import RunRecord, read_result_json, register_run_kind, write_bytes
-from curate.split.discovery import ClassSplit, NoiseSummary, SplitRule, noise_summary
+from curate.split import tables_text
+from curate.split.discovery import ClassSplit, NoiseSummary, SplitRule, noise_summary, tied_backgrounds
 
 __all__ = ["PAPER_PROMPT", "LabelSources", "ReferenceDrop", "SplitCell", "SplitClass", "SplitReference", "SplitRun"]
 
@@ -82,12 +94,15 @@ class SplitClass:
     n_easy: int = 0
     n_hard: int = 0
     cells: tuple[SplitCell, ...] = ()
+    easy_ties: tuple[str, ...] = ()  # backgrounds as accurate as easy (easy first; empty: no tie)
+    hard_ties: tuple[str, ...] = ()  # backgrounds as accurate as hard (hard first; empty: no tie)
 
     @classmethod
     def from_split(cls, split: ClassSplit, class_name: str) -> SplitClass:
         """The record row of a :class:`curate.split.discovery.ClassSplit`."""
         values = {f.name: getattr(split, f.name) for f in fields(ClassSplit) if f.name != "cells"}
         cells = tuple(SplitCell(c.background, c.n, c.accuracy, tuple(c.ci), c.eligible) for c in split.cells)
+        values["easy_ties"], values["hard_ties"] = tuple(split.easy_ties), tuple(split.hard_ties)
         return cls(class_name=class_name, cells=cells, **{k: v for k, v in values.items() if k in _ROW_FIELDS})
 
     @classmethod
@@ -99,7 +114,17 @@ class SplitClass:
             drop_ci=_pair(d.get("drop_ci")), p_value=_f(d.get("p_value")), crossfit_drop=_f(d.get("crossfit_drop")),
             crossfit_note=str(d.get("crossfit_note") or ""), n_easy=int(d.get("n_easy") or 0),
             n_hard=int(d.get("n_hard") or 0), cells=tuple(SplitCell.from_dict(c) for c in d.get("cells") or ()),
+            easy_ties=tuple(str(b) for b in d.get("easy_ties") or ()),
+            hard_ties=tuple(str(b) for b in d.get("hard_ties") or ()),
         )
+
+    def with_derived_ties(self) -> SplitClass:
+        """This row with ``easy_ties`` / ``hard_ties`` derived from its cells (a run written before
+        ties were recorded; a pinned class has none)."""
+        if self.pinned or self.easy is None or self.hard is None:
+            return replace(self, easy_ties=(), hard_ties=())
+        return replace(self, easy_ties=tied_backgrounds(self.cells, self.easy, highest=True),
+                       hard_ties=tied_backgrounds(self.cells, self.hard, highest=False, exclude=self.easy))
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -108,6 +133,12 @@ class SplitClass:
     def label(self) -> str:
         """``"<index> <name>"`` (and `` (pinned)``), as tables show the class."""
         return f"{self.class_index} {self.class_name}" + (" (pinned)" if self.pinned else "")
+
+    @property
+    def tie_notes(self) -> list[str]:
+        """``["tie: easy chosen among sand (n 40), water (n 40), all at 100.00%: sand, by name order ..."]``
+        (one per tied side; ``[]`` without a tie), as the tables show it."""
+        return tables_text.tie_notes(self)
 
     def distinguishable(self, alpha: float = 0.05) -> bool:
         """The permutation test rejects "background does not matter" at ``alpha``."""
@@ -127,16 +158,21 @@ class SplitReference:
     model_id: str | None
     label_space: str | None
     prompts: tuple[str, ...] | None
+    #: what the split was given: "spec" (a ModelSpec, a model name or a weights file), "loaded" (an
+    #: already loaded model: name and pretrained are what it records of its origin), "predictions" (a
+    #: finished evaluation run); None: not recorded (a run written before record version 3)
+    passed: str | None = None
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> SplitReference:
         prompts = d.get("prompts")
         return cls(str(d.get("run") or ""), d.get("name"), d.get("pretrained"), d.get("model_id"), d.get("label_space"),
-                   tuple(prompts) if prompts is not None else None)
+                   tuple(prompts) if prompts is not None else None, d.get("passed"))
 
     def to_dict(self) -> dict[str, Any]:
         return {"run": self.run, "name": self.name, "pretrained": self.pretrained, "model_id": self.model_id,
-                "label_space": self.label_space, "prompts": list(self.prompts) if self.prompts is not None else None}
+                "label_space": self.label_space, "prompts": list(self.prompts) if self.prompts is not None else None,
+                "passed": self.passed}
 
     @property
     def is_paper_setting(self) -> bool:
@@ -188,13 +224,13 @@ class SplitRun(RunRecord):
     """Config and results of one split (see the module docstring)."""
 
     KIND: ClassVar[str] = "split"
-    VERSION: ClassVar[int] = 2  # 2: cross-fitted drops, label sources, noise summary
+    VERSION: ClassVar[int] = 3  # 2: cross-fitted drops, label sources, noise summary; 3: ties, references' passed
     MARKDOWN: ClassVar[str] = "split.md"
     CSV: ClassVar[str] = "split.csv"
     CELLS: ClassVar[str] = "cells.csv"
     SUMMARY: ClassVar[str] = "split.json"
-    FIG_COUNTS: ClassVar[str] = "fig3_counts.png"
-    FIG_DROPS: ClassVar[str] = "fig4_drops.png"
+    FIG_COUNTS: ClassVar[str] = "fig3_counts.png"  # written by the stage (curate.split.tables.write_figures)
+    FIG_DROPS: ClassVar[str] = "fig4_drops.png"  # idem
 
     rule: SplitRule
     references: list[SplitReference]
@@ -234,20 +270,22 @@ class SplitRun(RunRecord):
                 "reference_drop": {"in_sample": drop.in_sample, "corrected": drop.corrected}}
 
     def _write_results(self, run_dir: Path) -> None:
-        from curate.split import tables
-
+        """The JSON and the text tables (the figures are the stage's: module docstring)."""
         write_json(run_dir / self.SUMMARY, {"classes": [c.to_dict() for c in self.classes], **self.summary_dict()})
-        write_bytes(run_dir / self.CSV, tables.to_csv(self.classes).encode())
-        write_bytes(run_dir / self.CELLS, tables.cells_csv(self.classes).encode())
-        write_bytes(run_dir / self.MARKDOWN, tables.to_markdown(self).encode())
-        write_bytes(run_dir / self.FIG_COUNTS, tables.counts_figure(self.kept))
-        write_bytes(run_dir / self.FIG_DROPS, tables.drops_figure(self.kept))
+        write_bytes(run_dir / self.CSV, tables_text.to_csv(self.classes).encode())
+        write_bytes(run_dir / self.CELLS, tables_text.cells_csv(self.classes).encode())
+        write_bytes(run_dir / self.MARKDOWN, tables_text.to_markdown(self).encode())
+
+    #: set by :meth:`migrate` on a run written before ties were recorded (never written back)
+    _DERIVE_TIES: ClassVar[str] = "_ties_from_cells"
 
     @classmethod
     def migrate(cls, config: dict[str, Any], version: int) -> dict[str, Any]:
         if version < 2:  # before cross-fitting: no crossfit settings, no label sources
             config["rule"] = {**(config.get("rule") or {}), "crossfit_folds": 0, "crossfit_repeats": 0}
             config["label_sources"] = None
+        if version < 3:  # before ties: derived from the cells on reading (references' passed stays None)
+            config[cls._DERIVE_TIES] = True
         return config
 
     @classmethod
@@ -258,8 +296,11 @@ class SplitRun(RunRecord):
         sources = config.get("label_sources")
         pins = {int(c): (str(v[0]), str(v[1])) for c, v in (config.get("pins") or {}).items()}
         changed = config.get("changed")
+        classes = [SplitClass.from_dict(c) for c in summary.get("classes") or [] if "class_index" in c]
+        if config.get(cls._DERIVE_TIES):
+            classes = [c.with_derived_ties() for c in classes]
         return cls(rule=rule, references=[SplitReference.from_dict(r) for r in config.get("references") or []],
-                   classes=[SplitClass.from_dict(c) for c in summary.get("classes") or [] if "class_index" in c],
+                   classes=classes,
                    label_sources=LabelSources(**{k: int(v) for k, v in sources.items()}) if sources else None,
                    pins=pins, changed=int(changed) if changed is not None else None,
                    prompt=str(config.get("prompt") or PAPER_PROMPT), run_dir=run_dir)

@@ -5,7 +5,10 @@
 - :mod:`curate.split.discovery`: the rule on plain arrays (hand-testable), its p-values,
   cross-fitted (selection-corrected) drops and noise summary.
 - :mod:`curate.split.pins`: backgrounds a person fixes for a class.
-- :mod:`curate.split.tables`: the split's tables and figures (Tables 1 and 5, Figs. 3 and 4).
+- :mod:`curate.split.tables_text`: the split's tables as text (Tables 1 and 5; ties named), with no
+  figure code, so the run record writes them without importing matplotlib.
+- :mod:`curate.split.tables`: the split's figures (Figs. 3 and 4; the stage writes them), and the
+  text tables re-exported.
 - :mod:`curate.split.export`: the released CounterAnimal folder layout.
 
 The stage that runs the rule on a dataset folder is :func:`curate.stages.split.split`; its run

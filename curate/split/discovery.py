@@ -5,9 +5,15 @@ The rule (the paper's, exactly): for each class, for each labelled background wi
 prompt "A photo of {}."; easy = the background with the highest accuracy, hard = the lowest;
 keep the class when ``ACC(easy) - ACC(hard)`` exceeds ``min_drop`` points (default 5).
 
-Ties (not covered by the paper, decided here): among backgrounds of equal accuracy, the one
-with more samples wins, then the alphabetically first; easy and hard are always different
-backgrounds, so a class whose backgrounds all score the same gets a drop of 0 and is dropped.
+Ties (not covered by the paper, decided here; :data:`TIE_RULE`): accuracies are compared to 9
+decimals (a cell's accuracy is a mean of means, so two equal accuracies can differ in the last
+bit of a float); among eligible backgrounds of equal accuracy the one with **more images** wins
+(its accuracy is the better-measured one), then the **first in name order** (arbitrary: the data
+do not separate them). The tie is never hidden: ``ClassSplit.easy_ties`` / ``hard_ties`` list the
+tied backgrounds (the chosen one first, then the others in the rule's order; empty when there was
+no tie), and the split's tables name them. Easy and hard are always different backgrounds, so a
+class whose backgrounds all score the same gets a drop of 0 and is dropped. A pinned class has no
+ties (a person chose).
 
 Beyond the paper:
 - a bootstrap interval for every (class, background) accuracy and for each class's drop
@@ -58,13 +64,25 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
+
+#: The tie-break, as tables state it (the module docstring gives the reasons).
+TIE_RULE = ("equal accuracies, compared to 9 decimals, go to the background with more images, then to the first in name "
+            "order; every tie is listed")
+
+#: Decimals to which accuracies are compared (equal to this precision = a tie).
+TIE_DECIMALS = 9
 
 
 @dataclass(frozen=True)
 class SplitRule:
-    """The settings of the rule (recorded in ``dataset.yaml`` with every split)."""
+    """The settings of the rule (recorded in ``dataset.yaml`` with every split).
+
+    Easy = the eligible background with the highest accuracy, hard = the lowest (another
+    background); ties (equal accuracy to 9 decimals) go to more images, then name order, and are
+    recorded (:data:`TIE_RULE`, module docstring)."""
 
     min_per_background: int = 10
     min_drop: float = 5.0  # percentage points
@@ -140,6 +158,9 @@ class ClassSplit:
     n_hard: int = 0
     pinned: bool = False
     cells: list[CellStats] = field(default_factory=list)
+    # backgrounds tied with the chosen easy / hard (the chosen one first; empty: no tie), see TIE_RULE
+    easy_ties: tuple[str, ...] = ()
+    hard_ties: tuple[str, ...] = ()
 
 
 def _boot_replicates(values: np.ndarray, rng: np.random.Generator, n_boot: int) -> np.ndarray:
@@ -218,7 +239,7 @@ def crossfit_drop(values: np.ndarray, backgrounds: Sequence[str], rule: SplitRul
                 why = f"fewer than 2 backgrounds with >= {minimum} samples in a training part"
                 failures[why] = failures.get(why, 0) + 1
                 continue
-            acc = (total - sums[k]) / np.maximum(train_n, 1)
+            acc = np.round((total - sums[k]) / np.maximum(train_n, 1), TIE_DECIMALS)  # the rule's tie precision
             easy = min(eligible, key=lambda b: (-acc[b], -train_n[b], names[b]))
             hard = min((b for b in eligible if b != easy), key=lambda b: (acc[b], -train_n[b], names[b]))
             if held[k, easy] == 0 or held[k, hard] == 0:
@@ -262,11 +283,31 @@ def noise_summary(splits: Sequence, alpha: float = 0.05) -> NoiseSummary:
                         untested=len(kept) - len(finite))
 
 
+def _rule_key(cell: Any, highest: bool) -> tuple[float, int, str]:
+    """The rule's order: accuracy (to :data:`TIE_DECIMALS`), then more images, then name."""
+    accuracy = round(float(cell.accuracy), TIE_DECIMALS)
+    return (-accuracy if highest else accuracy, -int(cell.n), str(cell.background))
+
+
 def _pick(cells: list[CellStats], highest: bool, exclude: str | None = None) -> CellStats:
     """Highest (or lowest) accuracy; ties -> more samples, then alphabetical."""
-    pool = [c for c in cells if c.background != exclude]
-    sign = -1.0 if highest else 1.0
-    return min(pool, key=lambda c: (sign * c.accuracy, -c.n, c.background))
+    return min((c for c in cells if c.background != exclude), key=lambda c: _rule_key(c, highest))
+
+
+def tied_backgrounds(cells: Sequence[Any], chosen: str, highest: bool, exclude: str | None = None) -> tuple[str, ...]:
+    """The eligible backgrounds whose accuracy equals the chosen one's (to :data:`TIE_DECIMALS`), in
+    the rule's order (the chosen first); ``()`` when it has no tie.
+
+    ``cells``: anything with ``background``, ``n``, ``accuracy``, ``eligible`` (a class's cells);
+    ``exclude``: the background chosen for the other side (hard is never the easy one)."""
+    pool = [c for c in cells if c.eligible and c.background != exclude]
+    by_name = {c.background: c for c in pool}
+    if chosen not in by_name:
+        return ()
+    level = round(float(by_name[chosen].accuracy), TIE_DECIMALS)
+    tied = sorted((c for c in pool if round(float(c.accuracy), TIE_DECIMALS) == level),
+                  key=lambda c: _rule_key(c, highest))
+    return tuple(c.background for c in tied) if len(tied) > 1 else ()
 
 
 def discover(
@@ -332,6 +373,8 @@ def discover(
                 continue
             easy = _pick(eligible, highest=True)
             hard = _pick(eligible, highest=False, exclude=easy.background)
+            split.easy_ties = tied_backgrounds(eligible, easy.background, highest=True)
+            split.hard_ties = tied_backgrounds(eligible, hard.background, highest=False, exclude=easy.background)
         drop_reps = replicates[easy.background] - replicates[hard.background]
         split.easy, split.hard = easy.background, hard.background
         split.easy_acc, split.hard_acc = easy.accuracy, hard.accuracy

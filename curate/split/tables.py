@@ -1,110 +1,40 @@
-"""The split's tables and figures (papers/003 Tables 1 and 5, Figs. 3 and 4).
+"""The split's figures (papers/003 Figs. 3 and 4), and its tables re-exported from :mod:`curate.split.tables_text`.
 
-Rows are anything shaped like :class:`curate.runs.split.SplitClass` (``class_index``,
-``class_name``, ``easy``, ``drop``, ``crossfit_drop``, ``p_value``, ...); the figures need only
+Rows are anything shaped like :class:`curate.runs.split.SplitClass`; the figures need only
 ``class_index`` / ``class_name`` and the counts or drops, so the report can pass its own rows.
+The split stage writes the figures into the run folder (:func:`write_figures`) before the run
+record (which writes the text tables and ``config.json`` last); the record never imports this
+module, so a run record imports no figure code.
 """
 from __future__ import annotations
 
-import csv
 import io
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from curate.formatting import num, pct, pct_ci
+from curate.split.tables_text import cells_csv, rule_text, significance_advice, tie_notes, to_csv, to_markdown
 
-if TYPE_CHECKING:  # pragma: no cover
-    from curate.runs.split import SplitRun
-    from curate.split.discovery import SplitRule
+__all__ = ["FIG_COUNTS", "FIG_DROPS", "cells_csv", "counts_figure", "drops_figure", "rule_text", "significance_advice",
+           "tie_notes", "to_csv", "to_markdown", "write_figures"]
 
-__all__ = ["cells_csv", "counts_figure", "drops_figure", "rule_text", "significance_advice", "to_csv", "to_markdown"]
-
-
-def significance_advice(rule: SplitRule) -> str:
-    """When to use ``--require-significant`` (stated with every rule)."""
-    if rule.require_significant:
-        return (f"`--require-significant` is on: a class is kept only when its drop's 95% bootstrap interval is above "
-                f"0 and the permutation p-value of the max-min gap is below {rule.alpha:g}; this is stricter than "
-                "the paper.")
-    return ("This is the paper's rule, which keeps noise too (see the p-values); pass `--require-significant` "
-            "when the kept classes will be reported as having a background effect, or when backgrounds have few "
-            "images.")
+#: The figure files of a split run folder.
+FIG_COUNTS = "fig3_counts.png"
+FIG_DROPS = "fig4_drops.png"
 
 
-def rule_text(rule: SplitRule) -> str:
-    """The rule in words, with curate's departures from the paper stated."""
-    return (f"Rule (papers/003 §2.1): for each class, the reference model's accuracy on each background with at least "
-            f"{rule.min_per_background} accepted images (`--min-per-background` is a curate addition: the paper "
-            f"states no minimum); easy = the background with the highest accuracy, hard = the lowest; keep the class "
-            f"when the drop exceeds {rule.min_drop:g} points. " + significance_advice(rule))
+def write_figures(run_dir: Path, kept: Sequence[Any]) -> list[Path]:
+    """Write Fig. 3 (``fig3_counts.png``) and Fig. 4 (``fig4_drops.png``) of the kept classes into ``run_dir``."""
+    from curate.runs.base import write_bytes
 
-
-def _label(s: Any) -> str:
-    return f"{s.class_index} {s.class_name}" + (" (pinned)" if s.pinned else "")
-
-
-def to_markdown(run: SplitRun) -> str:
-    """``split.md``: the rule, the noise summary, the label sources, kept and dropped classes."""
-    kept = sorted(run.kept, key=lambda s: -s.drop if np.isfinite(s.drop) else np.inf)
-    dropped = run.dropped
-    drop = run.reference_drop()
-    lines = [f"# Spurious discovery: {len(kept)} classes kept, {len(dropped)} dropped", "",
-             rule_text(run.rule), "",
-             (f"**{run.noise_summary.text}.** Selection-corrected drop: {run.rule.crossfit_scheme}. The in-sample drop "
-             "is measured on the images that chose easy and hard, as in the paper; choosing the best and the worst of "
-             "several noisy backgrounds inflates it."), ""]
-    if run.label_sources is not None:
-        text = run.label_sources.text
-        lines.append(f"{text[0].upper()}{text[1:]}.")
-    if run.references:
-        text = ("Reference model(s): " + ", ".join(f"`{label}`" for label in run.reference_labels)
-                + (" (the accuracy of a cell is the mean over them)" if len(run.references) > 1 else ""))
-        if np.isfinite(drop.in_sample):
-            text += f"; mean drop over the kept classes: {run.reference_drop_text()}"
-        lines.append(text + ".")
-    lines += ["", ("| class | easy bkg | easy acc | hard bkg | hard acc | drop [95% CI] | cross-fitted drop "
-                  "| p (permutation) | n easy | n hard |"),
-              "|---|---|---|---|---|---|---|---|---|---|"]
-    for s in kept:
-        lines.append(f"| {_label(s)} | {s.easy} | {pct(s.easy_acc, 2)} | {s.hard} | {pct(s.hard_acc, 2)} | "
-                     f"{pct(s.drop, 2)}{pct_ci(s.drop_ci, 2)} | {pct(s.crossfit_drop, 2)} | {num(s.p_value, 3)} | "
-                     f"{s.n_easy} | {s.n_hard} |")
-    if dropped:
-        lines += ["", "## Dropped classes", "", "| class | reason | drop | cross-fitted drop | p (permutation) |",
-                  "|---|---|---|---|---|"]
-        for s in dropped:
-            lines.append(f"| {_label(s)} | {s.reason} | {pct(s.drop, 2)} | {pct(s.crossfit_drop, 2)} | "
-                         f"{num(s.p_value, 3)} |")
-    notes = [s for s in run.classes if s.crossfit_note and not s.pinned]
-    if notes:
-        lines += ["", "Cross-fitting notes: " + "; ".join(f"{_label(s)}: {s.crossfit_note}" for s in notes) + "."]
-    return "\n".join(lines) + "\n"
-
-
-def to_csv(rows: Sequence[Any]) -> str:
-    """``split.csv``: one row per class, fractions as numbers."""
-    buffer = io.StringIO()
-    writer = csv.writer(buffer)
-    writer.writerow(["class_index", "class_name", "kept", "reason", "pinned", "easy_background", "easy_acc",
-                     "hard_background", "hard_acc", "drop", "drop_ci_low", "drop_ci_high", "p_value", "crossfit_drop",
-                     "crossfit_note", "n_easy", "n_hard"])
-    for s in rows:
-        writer.writerow([s.class_index, s.class_name, s.kept, s.reason, s.pinned, s.easy, s.easy_acc, s.hard,
-                         s.hard_acc, s.drop, *s.drop_ci, s.p_value, s.crossfit_drop, s.crossfit_note, s.n_easy, s.n_hard])
-    return buffer.getvalue()
-
-
-def cells_csv(rows: Sequence[Any]) -> str:
-    """``cells.csv``: every (class, background) accuracy."""
-    buffer = io.StringIO()
-    writer = csv.writer(buffer)
-    writer.writerow(["class_index", "class_name", "background", "n", "accuracy", "ci_low", "ci_high", "eligible"])
-    for s in rows:
-        for cell in s.cells:
-            writer.writerow([s.class_index, s.class_name, cell.background, cell.n, cell.accuracy, *cell.ci, cell.eligible])
-    return buffer.getvalue()
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    paths = [run_dir / FIG_COUNTS, run_dir / FIG_DROPS]
+    write_bytes(paths[0], counts_figure(kept))
+    write_bytes(paths[1], drops_figure(kept))
+    return paths
 
 
 def _figure():

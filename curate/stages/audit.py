@@ -45,7 +45,7 @@ from curate.audit.measure import FRACTIONS, CheckMeasure, measure_check
 from curate.masks.sources import trusted_rows, untrusted_masks_message
 from curate.progress import Progress, phase
 from curate.runs.audit import AuditRun, failure_summary
-from curate.stages.common import check_device, claim_run_dir, load_spec, open_dataset
+from curate.stages.common import check_device, claim_run_dir, load_spec, model_identity, open_dataset
 
 logger = logging.getLogger(__name__)
 
@@ -145,6 +145,7 @@ def _inputs(ds, rows: list[dict], checks: Sequence[str], model: Any, settings: A
 
     columns = label_columns(ds, settings.label_space, classes)
     loaded = load_spec(model, device=settings.device, precision=settings.precision)
+    model_info = model_identity(model, loaded)
     if loaded.kind != "clip":
         raise ValueError(f"the audit needs a CLIP (zero-shot probabilities and image embeddings); {loaded.model_id} "
                          f"is a {loaded.kind}")
@@ -168,8 +169,6 @@ def _inputs(ds, rows: list[dict], checks: Sequence[str], model: Any, settings: A
     inputs.label_col = np.array([col_of[int(c)] for c in classes], dtype=np.int64)
     inputs.failed = dict(feats.failed)
     inputs.model, inputs.classifier = loaded, classifier
-    model_info = {"name": getattr(model, "name", None) or loaded.model_id, "pretrained": getattr(model, "pretrained", None),
-                  "model_id": loaded.model_id}
     return inputs, model_info, feats.computed
 
 

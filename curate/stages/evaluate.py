@@ -40,7 +40,7 @@ from curate.metrics.bootstrap import bootstrap_groups
 from curate.models.spec import ModelSpec, family_of_kind
 from curate.progress import Progress, phase
 from curate.runs.evaluation import EvaluationRun
-from curate.stages.common import check_device, claim_run_dir, open_dataset
+from curate.stages.common import check_device, claim_run_dir, identity_label, model_identity, open_dataset, spec_of
 from curate.zeroshot.candidates import CandidateSpace, build_top20, file_space, full_space, load_top20, save_top20
 from curate.zeroshot.classifier import cached_text_classifier, classifier_for_labels, zero_shot_logits
 from curate.zeroshot.prompts import SIMPLE_TEMPLATE, PromptSet, load_prompts
@@ -253,20 +253,38 @@ def compute_metrics(
     return metrics
 
 
+def _check_loaded(model: Any) -> dict[str, Any]:
+    """The identity of a model passed already loaded (:func:`curate.stages.common.model_identity`),
+    checked before any work: it must have a model id, a known family and, for an LVLM, answer losses."""
+    identity = model_identity(model, model)
+    kind = getattr(model, "kind", None)
+    family_of_kind(str(kind))
+    if kind == "lvlm" and not callable(getattr(model, "answer_losses", None)):
+        raise TypeError(f"{identity['model_id']} is a loaded LVLM without answer_losses: evaluate scores an LVLM "
+                        "by answer likelihood (curate.lvlm.scoring); pass a curate.lvlm.hf.HFLvlm, an "
+                        "EndpointClient, or its spec")
+    return identity
+
+
 def evaluate(
-    dataset: Any, model: ModelSpec, settings: EvalSettings | None = None, *, run_name: str | None = None,
+    dataset: Any, model: ModelSpec | Any, settings: EvalSettings | None = None, *, run_name: str | None = None,
     overwrite: bool = False, progress: Progress | None = None,
 ) -> EvaluationRun:
     """Evaluate one model on a dataset folder and write its :class:`EvaluationRun`.
 
     Args:
         dataset: a :class:`curate.store.Dataset` or its folder.
-        model: what to load (a :class:`curate.models.ModelSpec`).
+        model: a :class:`curate.models.ModelSpec` (loaded here), a model name or curate weights
+            file, or an already loaded model (``curate.load_model(...)``, a loaded LVLM); the run
+            records what was passed (:func:`curate.stages.common.model_identity`).
         settings: :class:`EvalSettings` (default: 1 vs 1000, "A photo of {}.").
         run_name: the run folder (default ``eval-<model>-<label space>-<UTC time>``); an existing
             one is refused unless ``overwrite``.
         progress: :class:`curate.progress.Progress` (phases "building 1-vs-20", "encoding images").
     """
+    spec = spec_of(model)
+    given = None if spec is not None else _check_loaded(model)  # a bad loaded model fails before any work
+    model = spec if spec is not None else model
     settings = lvlm_scoring.resolve_label_space(settings or EvalSettings(), model)
     check_device(settings.device)
     ds = open_dataset(dataset)
@@ -283,10 +301,11 @@ def evaluate(
         prompts_config = lvlm_scoring.prompt_config(settings.question, settings.answer_template)
     else:
         _engine(settings)  # a bad engine choice fails before any work
-        loaded = _model(model, settings, ds.root)
+        loaded = model if spec is None else _model(spec, settings, ds.root)
         scores, kept, failed, encoded = _scores(ds, loaded, ids, prompts, settings, phase(progress, "encoding images"),
                                                 candidates.needed_labels())
         prompts_config = prompts.to_config()
+    identity = given or model_identity(spec, loaded)
     by_id = {r["sample_id"]: r for r in rows}
     kept_rows = [by_id[sid] for sid in kept]
     classes = np.array([r["class_index"] for r in kept_rows], dtype=np.int64)
@@ -315,30 +334,32 @@ def evaluate(
         "correct5": pa.array((order == classes[:, None]).any(axis=1), pa.bool_()),
     })
     record = EvaluationRun(
-        model={"name": model.name, "pretrained": model.pretrained, "model_id": loaded.model_id,
-               "family": family_of_kind(loaded.kind), "info": loaded.info},
+        model={**identity, "family": family_of_kind(loaded.kind), "info": dict(getattr(loaded, "info", None) or {})},
         label_space={"name": candidates.name, **candidates.info}, prompts=prompts_config,
         settings={**asdict(settings),
                   "top20_reference": settings.top20_reference.label if settings.top20_reference else None},
         dataset={"name": ds.config.get("name"), "samples": len(rows), "images_encoded": encoded},
         metrics=metrics, predictions_table=predictions, candidate_losses_table=lvlm.losses if lvlm else None,
     )
-    run_dir = claim_run_dir(ds.root, run_name, "eval", f"{model.label}-{candidates.name}", overwrite=overwrite)
+    run_dir = claim_run_dir(ds.root, run_name, "eval", f"{identity_label(identity)}-{candidates.name}",
+                            overwrite=overwrite)
     record.write(run_dir)
     logger.info("%s: acc1 %.4f -> %s", loaded.model_id, metrics["overall"]["acc1"], run_dir)
     return record
 
 
-def evaluate_models(dataset: Any, models: Sequence[ModelSpec], settings: EvalSettings | None = None, *,
+def evaluate_models(dataset: Any, models: Sequence[ModelSpec | Any], settings: EvalSettings | None = None, *,
                     run_name: str | None = None, overwrite: bool = False,
                     progress: Progress | None = None) -> list[EvaluationRun]:
-    """:func:`evaluate` for each model; with several models a given ``run_name`` gets the
-    model's label appended so runs never collide."""
+    """:func:`evaluate` for each model (specs or loaded models); with several models a given
+    ``run_name`` gets the model's label appended so runs never collide."""
     from curate.runs import slug
 
     ds = open_dataset(dataset)
     results = []
-    for spec in models:
-        name = run_name if (run_name and len(models) == 1) else (f"{run_name}-{slug(spec.label)}" if run_name else None)
-        results.append(evaluate(ds, spec, settings, run_name=name, overwrite=overwrite, progress=progress))
+    for model in models:
+        spec = spec_of(model)
+        label = spec.label if spec is not None else identity_label(_check_loaded(model))
+        name = run_name if (run_name and len(models) == 1) else (f"{run_name}-{slug(label)}" if run_name else None)
+        results.append(evaluate(ds, model, settings, run_name=name, overwrite=overwrite, progress=progress))
     return results

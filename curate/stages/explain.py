@@ -74,7 +74,7 @@ from curate.saliency.inputs import (
 from curate.saliency.masks import mask_transform_for
 from curate.saliency.registry import method_info
 from curate.saliency.targets import Target, parse_target
-from curate.stages.common import check_device, claim_run_dir, load_spec
+from curate.stages.common import check_device, claim_run_dir, load_spec, model_identity, spec_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from curate.models.base import LoadedModel
@@ -232,7 +232,7 @@ def explain(
         run = compute_explanations(
             ds, loaded, settings, maps_dir=run_dir / ExplainRun.MAPS if settings.save_maps else None,
             mask_transform=mask_transform, text_cache=True, progress=progress,
-            model_spec=_spec_of(model),
+            model_spec=spec_of(model),
         )
     except BaseException:
         _discard_if_empty(run_dir)
@@ -242,18 +242,6 @@ def explain(
                                      "layer": run.layer, "target": run.target})
     logger.info("explain run %s written", run_dir)
     return run
-
-
-def _spec_of(model: Any) -> ModelSpec | None:
-    """The :class:`ModelSpec` a model was named by (as :func:`load_spec` reads it); None for a loaded model."""
-    from curate.models.spec import ModelSpec
-    from curate.models.weights import looks_like_path
-
-    if isinstance(model, ModelSpec):
-        return model
-    if isinstance(model, Path) or (isinstance(model, str) and looks_like_path(model)):
-        return ModelSpec("auto", str(model))
-    return ModelSpec(str(model), None) if isinstance(model, str) else None
 
 
 def _engine(settings: ExplainSettings) -> Any:
@@ -309,7 +297,8 @@ def compute_explanations(
         mask_transform: custom ``(H, W) mask -> (h, w) bool`` (default: from ``loaded.preprocess``).
         text_cache: cache a CLIP's text classifier under the dataset's ``features/``.
         progress: ``progress(done, total, message)`` after each batch.
-        model_spec: the spec the model was loaded from (recorded in the config).
+        model_spec: the spec the model was loaded from; None when it was passed loaded. The config
+            records :func:`curate.stages.common.model_identity` of the one or the other.
 
     Returns:
         An :class:`ExplainRun` with ``run_dir`` None and its tables in memory.
@@ -318,6 +307,7 @@ def compute_explanations(
 
     settings = settings or ExplainSettings()
     started = time.perf_counter()
+    identity = model_identity(model_spec if model_spec is not None else loaded, loaded)
     target = parse_target(settings.target)
     ds = open_masked_dataset(dataset)
     space = ds.label_space
@@ -397,9 +387,7 @@ def compute_explanations(
 
     config = {
         "dataset": str(ds.root),
-        "model": {"name": model_spec.name if model_spec else None,
-                  "pretrained": model_spec.pretrained if model_spec else None,
-                  "model_id": loaded.model_id, "family": loaded.kind},
+        "model": {**identity, "family": loaded.kind},
         "method": explainer.method,
         "layer": explainer.layer_name,
         "target": str(target),

@@ -47,6 +47,7 @@ sample and record ``masks`` as None.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import re
 import time
@@ -88,7 +89,7 @@ from curate.runs.fidelity import (
     FinetuneCopy,
     FinetuneInfo,
 )
-from curate.stages.common import check_device, claim_run_dir, load_spec
+from curate.stages.common import check_device, claim_run_dir, load_spec, model_identity
 
 __all__ = [
     "DEFAULT_STATUSES",
@@ -389,6 +390,7 @@ def compute_fidelity(dataset: Any, model: Any, settings: FidelitySettings | None
     seeds = settings.seed_list
     ds = open_masked_dataset(dataset)
     loaded = load_spec(model, device=settings.device, precision=settings.precision)
+    model_identity(model, loaded)  # a model the run cannot name fails before any work
     statuses = settings.statuses
     rows_all = ds.rows() if statuses is None else ds.rows(status=list(statuses))
     rows = [r for r in rows_all if r.get("mask_path") is not None and r.get("class_index") is not None]
@@ -544,7 +546,10 @@ def fidelity(dataset: Any, model: Any, settings: FidelitySettings | None = None,
             refused before any work unless ``overwrite``.
         progress: ``progress(done, total, message)`` (:mod:`curate.progress`).
 
-    Returns the written :class:`curate.runs.fidelity.FidelityRun` (``run.run_dir`` set).
+    Returns the written :class:`curate.runs.fidelity.FidelityRun` (``run.run_dir`` set). The run's
+    config names the model by its id and records what was passed (``model_identity``,
+    :func:`curate.stages.common.model_identity`: a spec or a loaded model, its name and weights),
+    as does the dataset's ``provenance.fidelity`` with the run's name.
     """
     from curate.saliency.inputs import open_masked_dataset
 
@@ -557,7 +562,12 @@ def fidelity(dataset: Any, model: Any, settings: FidelitySettings | None = None,
         if (ds.root / RUNS_DIR / run_name).exists() and not overwrite:
             raise FileExistsError(f"run {ds.root / RUNS_DIR / run_name} exists; choose another --run-name or pass "
                                   "--overwrite")
-    run = compute_fidelity(ds, model, settings, progress=progress)
+    check_device(settings.device)
+    loaded = load_spec(model, device=settings.device, precision=settings.precision)
+    identity = model_identity(model, loaded)
+    run = compute_fidelity(ds, loaded, settings, progress=progress)
+    run.config = dataclasses.replace(run.config, model_identity=identity)
     run_dir = claim_run_dir(ds.root, run_name, FidelityRun.KIND, run.config.model, overwrite=overwrite)
     run.write(run_dir)
+    ds.record_provenance("fidelity", {"run": run_dir.name, "model": identity})
     return run

@@ -4,10 +4,11 @@
 class that people have not labelled (formulas in :mod:`curate.split.backgrounds`): it writes
 ``background``, ``background_score``, ``background_source = "model"`` (and the
 ``review:background`` tag below ``threshold``) into the dataset and records
-``provenance.label_backgrounds``. Unlike the other stages it writes into the dataset, not a
-run folder, so it returns its :class:`curate.split.backgrounds.BackgroundReport`; ``run_name``
-is refused and ``overwrite`` has no effect (labels from people and from the synthetic world are
-never overwritten; earlier model labels always are refreshed).
+``provenance.label_backgrounds`` (with ``model``: what was passed, a spec or a loaded model,
+:func:`curate.stages.common.model_identity`). Unlike the other stages it writes into the
+dataset, not a run folder, so it returns its :class:`curate.split.backgrounds.BackgroundReport`;
+``run_name`` is refused and ``overwrite`` has no effect (labels from people and from the
+synthetic world are never overwritten; earlier model labels always are refreshed).
 
 ``settings.measure`` writes nothing: it scores the pre-labels against the existing human or
 synthetic labels (agreement, per-background recall, chance levels).
@@ -28,7 +29,7 @@ from curate.split.backgrounds import (
     pre_label_updates,
     predict_backgrounds,
 )
-from curate.stages.common import check_device, load_spec, open_dataset
+from curate.stages.common import check_device, load_spec, model_identity, open_dataset, spec_of
 
 __all__ = ["LabelBackgroundsSettings", "label_backgrounds"]
 
@@ -74,6 +75,7 @@ def label_backgrounds(
     ds = open_dataset(dataset)
     prompts = load_background_prompts(settings.prompts_file)
     loaded = load_spec(model, device=settings.device, precision=settings.precision)
+    identity = model_identity(model, loaded)
     if loaded.kind != "clip":
         raise ValueError(f"background pre-labels need a CLIP (text prompts); {loaded.model_id} is a {loaded.kind}")
     encode = {"batch_size": settings.batch_size, "workers": settings.workers, "engine": engine,
@@ -104,7 +106,8 @@ def label_backgrounds(
         ds.update(list(per_sample), per_sample=per_sample, actor=f"label-backgrounds:{loaded.model_id}",
                   reason="CLIP background pre-label")
     report.labelled = len(per_sample)
-    ds.record_provenance("label_backgrounds", {"model_id": loaded.model_id, "templates": list(prompts.templates),
+    ds.record_provenance("label_backgrounds", {"model_id": loaded.model_id, "model": identity,
+                                               "templates": list(prompts.templates),
                                                "threshold": settings.threshold, "labelled": report.labelled,
                                                "low_confidence": report.low_confidence})
     return report
@@ -115,11 +118,11 @@ def _factory(model: Any, loaded: Any, settings: LabelBackgroundsSettings) -> Any
     driver's model id) when it was named by a :class:`ModelSpec` with cache-safe weights; None
     otherwise (the loaded model is shipped by value; ``docs/design.md#engines``)."""
     from curate.engine.base import ModelFactory
-    from curate.models.spec import ModelSpec
 
-    if settings.engine == "local" or not isinstance(model, ModelSpec) or not model.pretrained:
+    spec = spec_of(model)
+    if settings.engine == "local" or spec is None or not spec.pretrained:
         return None
     if not getattr(loaded, "cache_safe", False):
         return None
-    return ModelFactory(model.name, model.pretrained, precision=settings.precision,
+    return ModelFactory(spec.name, spec.pretrained, precision=settings.precision,
                         expected_model_id=loaded.model_id)

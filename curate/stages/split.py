@@ -9,17 +9,22 @@ Where the correctness comes from:
   ImageNet-1K, or the dataset's own label space when it is not ImageNet; prompt
   "A photo of {}."), each as an ordinary evaluation run (``runs/split-ref-*``) through
   :func:`curate.stages.evaluate.evaluate` (image embeddings from the cache); several models ->
-  a cell's accuracy is the mean of theirs;
+  a cell's accuracy is the mean of theirs. A reference is a :class:`ModelSpec`, a model name or
+  weights file, or an already loaded model (``curate.load_model(...)``); the run records what
+  was passed (``SplitReference.passed``: "spec" or "loaded", with the model id and the name and
+  pretrained the model records of itself, :func:`curate.stages.common.model_identity`);
 - ``settings.predictions``: finished evaluation runs (any model, e.g. an ImageNet classifier
   for the paper's CounterAnimal-I, App. E), read through :class:`curate.runs.EvaluationRun`:
   the split then costs no inference. Both may be given.
 
-Which samples: accepted samples with a class and a background label. Labels made by a model
+Which samples: accepted samples with a class and a background label (when there are none, the
+error says which of the three is missing and how to get it). Labels made by a model
 (``background_source = "model"``, from ``curate label-backgrounds``) are refused unless
 ``allow_model_backgrounds``: a split on unchecked CLIP pre-labels measures the labeller as
 much as the reference. The run records how many labels were human, synthetic or model.
 
-What it writes: the run folder (tables, figures, the record); ``group`` (easy | hard) for the
+What it writes: the run folder (the figures, written here, then the record: tables and
+``config.json`` last); ``group`` (easy | hard) for the
 kept classes' accepted samples in their two backgrounds and ``None`` for every other sample (so
 a re-run after new labels updates the split; only changed rows are written, each change in
 ``changes.jsonl``); and ``provenance.split`` in ``dataset.yaml`` (the rule, the references,
@@ -28,9 +33,9 @@ the counts, the noise summary, the run's name).
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -44,7 +49,8 @@ from curate.runs.evaluation import EvaluationRun
 from curate.runs.split import LabelSources, SplitClass, SplitReference, SplitRun
 from curate.split.discovery import SplitRule, discover, group_assignments
 from curate.split.pins import load_pins
-from curate.stages.common import check_device, claim_run_dir, open_dataset
+from curate.split.tables import write_figures
+from curate.stages.common import check_device, claim_run_dir, identity_label, model_identity, open_dataset, spec_of
 
 __all__ = ["SplitSettings", "split"]
 
@@ -79,18 +85,65 @@ class SplitSettings:
                          crossfit_repeats=self.crossfit_repeats)
 
 
-def _specs(model: Any) -> list[ModelSpec]:
+def _one(model: Any) -> ModelSpec | Any:
+    """A reference as evaluate takes it: the spec a name or file names, or the loaded model itself
+    (checked now: a model without a model id fails before any work)."""
+    spec = spec_of(model)
+    if spec is not None:
+        return spec
+    model_identity(model, model)  # TypeError for an object that is not a loaded model
+    return model
+
+
+def _references(model: Any) -> list[ModelSpec | Any]:
+    """The reference models: ``None`` -> none; a spec, a name, a weights file or a loaded model -> one;
+    a list, tuple or other iterable of them -> each."""
     if model is None:
         return []
-    if isinstance(model, ModelSpec):
-        return [model]
-    if isinstance(model, (str, Path)):
-        raise TypeError(f"split takes a ModelSpec (or a list of them), not {model!r}; e.g. ModelSpec({str(model)!r})")
-    specs = list(model)
-    for spec in specs:
-        if not isinstance(spec, ModelSpec):
-            raise TypeError(f"split takes ModelSpecs as references, got {spec!r}")
-    return specs
+    if spec_of(model) is None and not hasattr(model, "model_id") and isinstance(model, Iterable):
+        return [_one(m) for m in model]
+    return [_one(model)]
+
+
+def _passed(model: ModelSpec | Any) -> str:
+    """What ``SplitReference.passed`` records for a reference evaluated now ("spec" or "loaded")."""
+    return "spec" if isinstance(model, ModelSpec) else "loaded"
+
+
+def _label(model: ModelSpec | Any) -> str:
+    """How run names show a reference (the spec's label; a loaded model's recorded identity)."""
+    return model.label if isinstance(model, ModelSpec) else identity_label(model_identity(model, model))
+
+
+def _nothing_to_split(ds) -> str:
+    """Why no sample is usable (accepted, with a class and a background label), and how to fix it."""
+    rows = ds.rows()
+    root = ds.root
+    head = f"{root}: no accepted samples with a background label to split: "
+    if not rows:
+        return head + "the dataset has no samples; collect some first (curate collect ...)"
+    labelled = [r for r in rows if r["background"] is not None]
+    accepted = sum(1 for r in rows if r["status"] == "accepted")
+    if not labelled:
+        return head + (f"no sample has a background label ({len(rows)} sample(s), {accepted} accepted); label "
+                       f"backgrounds first: `curate label-backgrounds {root} --model ...` proposes labels for people "
+                       f"to check in review (curate review fiftyone {root}), where backgrounds can also be set by hand")
+    ready = [r for r in labelled if r["status"] == "accepted"]
+    if not ready:
+        statuses = Counter(r["status"] for r in labelled)
+        made = sum(1 for r in labelled if r["background_source"] == "model")
+        text = head + (f"{len(labelled)} sample(s) have a background label but none is accepted "
+                       f"({', '.join(f'{n} {status}' for status, n in statuses.most_common())}); the split uses "
+                       "accepted samples only (papers/003 §2.1; it has no option to include candidates). Accept them "
+                       f"in review: `curate review fiftyone {root}`, tag them `accept` (`curate review tags {root}` "
+                       f"lists the tags), then `curate review pull {root}`; or `curate review labelstudio {root} "
+                       "--url ...`; or in Python ds.update(sample_ids, {'status': 'accepted'}, actor=..., reason=...)")
+        if made:
+            text += (f". {made} of these labels were made by a model (curate label-backgrounds): check them in the "
+                     "same review, or the split will refuse them unless --allow-model-backgrounds")
+        return text
+    return head + (f"{len(ready)} accepted sample(s) have a background label but none has a class; set their class "
+                   "in review (curate review fiftyone)")
 
 
 def _prediction_run(ds, name: str) -> EvaluationRun:
@@ -103,24 +156,28 @@ def _prediction_run(ds, name: str) -> EvaluationRun:
         raise RunError(f"--predictions {name}: not a finished evaluation run ({error})") from None
 
 
-def _reference_runs(ds, specs: Sequence[ModelSpec], settings: SplitSettings, progress) -> list[EvaluationRun]:
+def _reference_runs(ds, models: Sequence[ModelSpec | Any], settings: SplitSettings, progress) -> list[EvaluationRun]:
+    """Evaluate each reference (a spec or a loaded model) with the paper's setting."""
     from curate.stages.evaluate import EvalSettings, evaluate
 
     label_space = "imagenet1k" if ds.label_space.is_builtin else "dataset"
     runs = []
-    for spec in specs:
+    for model in models:
         eval_settings = EvalSettings(label_space=label_space, prompts="simple", statuses=("accepted",),
                                      device=settings.device, precision=settings.precision,
                                      batch_size=settings.batch_size, seed=settings.seed)
-        name = unique_run_name(ds.root, default_run_name("split-ref", spec.label))
-        runs.append(evaluate(ds, spec, eval_settings, run_name=name, progress=progress))
+        name = unique_run_name(ds.root, default_run_name("split-ref", _label(model)))
+        runs.append(evaluate(ds, model, eval_settings, run_name=name, progress=progress))
     return runs
 
 
-def _correctness(runs: Sequence[EvaluationRun], sample_ids: list[str]) -> tuple[np.ndarray, list[SplitReference]]:
-    """(M, N) correctness of each run on ``sample_ids``; a sample missing from a run is an error."""
+def _correctness(runs: Sequence[EvaluationRun], sample_ids: list[str],
+                 passed: Sequence[str]) -> tuple[np.ndarray, list[SplitReference]]:
+    """(M, N) correctness of each run on ``sample_ids``; a sample missing from a run is an error.
+    ``passed[i]``: how run i came ("predictions": a finished run named by the caller; "spec" /
+    "loaded": evaluated now from what the caller passed)."""
     rows, info = [], []
-    for run in runs:
+    for run, how in zip(runs, passed, strict=True):
         by_id = run.correct1_by_sample()
         missing = [s for s in sample_ids if s not in by_id]
         if missing:
@@ -132,33 +189,37 @@ def _correctness(runs: Sequence[EvaluationRun], sample_ids: list[str]) -> tuple[
         rows.append([by_id[s] for s in sample_ids])
         info.append(SplitReference(run=run.name, name=run.model.get("name"), pretrained=run.model.get("pretrained"),
                                    model_id=run.model_id or None, label_space=run.label_space_name or None,
-                                   prompts=tuple(run.templates)))
+                                   prompts=tuple(run.templates),
+                                   passed=how))
     return np.array(rows, dtype=np.float64), info
 
 
 def split(
-    dataset: Any, model: ModelSpec | Sequence[ModelSpec] | None, settings: SplitSettings | None = None, *,
+    dataset: Any, model: ModelSpec | Any | Sequence[ModelSpec | Any] | None, settings: SplitSettings | None = None, *,
     run_name: str | None = None, overwrite: bool = False, progress: Progress | None = None,
 ) -> SplitRun:
     """Discover easy/hard backgrounds, write the groups and the :class:`SplitRun` (module docstring).
 
     Args:
         dataset: a :class:`curate.store.Dataset` or its folder.
-        model: the reference :class:`ModelSpec`, several of them (mean accuracy), or ``None`` when
+        model: the reference: a :class:`ModelSpec`, a model name or weights file, an already loaded
+            model (``curate.load_model(...)``), a list of them (mean accuracy), or ``None`` when
             ``settings.predictions`` name finished evaluation runs.
         settings: :class:`SplitSettings` (default: the paper's rule, 10 images per background).
         run_name: the run folder (default ``split-<references>-<UTC time>``); an existing one is
             refused unless ``overwrite``.
         progress: :class:`curate.progress.Progress` (the reference evaluations' phases).
     Raises:
-        ValueError: no reference, no labelled sample, model-made background labels without
+        TypeError: a reference that is neither a spec, a name, a file nor a loaded model (no model id).
+        ValueError: no reference, no usable sample (the message says whether the background labels,
+            the accepted status or the class is missing), model-made background labels without
             ``allow_model_backgrounds``, or a prediction run that misses samples.
         FileNotFoundError / RunError: a ``predictions`` name that is not a finished evaluation run.
         FileExistsError: ``run_name`` exists and ``overwrite`` is not set.
     """
     settings = settings or SplitSettings()
     rule = settings.rule
-    specs = _specs(model)
+    specs = _references(model)
     if not specs and not settings.predictions:
         raise ValueError("give a reference model (--reference) or finished evaluation runs (--predictions)")
     if specs:
@@ -166,8 +227,7 @@ def split(
     ds = open_dataset(dataset)
     rows = [r for r in ds.rows(status="accepted") if r["class_index"] is not None and r["background"] is not None]
     if not rows:
-        raise ValueError(f"{ds.root}: no accepted samples with a background label; label backgrounds first "
-                         "(curate label-backgrounds, or review)")
+        raise ValueError(_nothing_to_split(ds))
     sources = LabelSources.count([r["background_source"] for r in rows])
     if sources.model and not settings.allow_model_backgrounds:
         raise ValueError(
@@ -175,7 +235,7 @@ def split(
             "(background_source = model, from curate label-backgrounds) and not checked by a person; review them "
             "(curate review) or pass --allow-model-backgrounds (allow_model_backgrounds=True) to split on them anyway")
     runs = [_prediction_run(ds, name) for name in settings.predictions]
-    label = "-".join([s.label for s in specs] + [r.model_label for r in runs])[:40] or "run"
+    label = "-".join([_label(s) for s in specs] + [r.model_label for r in runs])[:40] or "run"
     existed = bool(run_name) and (ds.root / RUNS_DIR / str(run_name)).exists()
     run_dir = claim_run_dir(ds.root, run_name, "split", label, overwrite=overwrite)
     try:
@@ -183,7 +243,8 @@ def split(
         ids = [r["sample_id"] for r in rows]
         classes = [int(r["class_index"]) for r in rows]
         backgrounds = [r["background"] for r in rows]
-        correct, references = _correctness(runs, ids)
+        passed = ["predictions"] * len(settings.predictions) + [_passed(s) for s in specs]
+        correct, references = _correctness(runs, ids, passed)
         pins = load_pins(ds)
         decisions = discover(classes, backgrounds, correct, rule, pins)
         # every sample gets its group recomputed: kept classes' easy/hard accepted samples, None otherwise
@@ -194,7 +255,8 @@ def split(
         record = SplitRun(rule=rule, references=references,
                           classes=[SplitClass.from_split(d, names[d.class_index]) for d in decisions],
                           label_sources=sources, pins=pins, changed=len(per_sample))
-        record.write(run_dir)
+        write_figures(run_dir, record.kept)  # the stage's: the record imports no figure code
+        record.write(run_dir)  # the tables, then config.json (the commit marker) last
     except BaseException:
         if not existed and run_dir.is_dir() and not any(run_dir.iterdir()):
             run_dir.rmdir()  # nothing was written: leave no empty folder that would block the name

@@ -30,7 +30,7 @@ import numpy as np
 from curate.models.spec import ModelSpec
 from curate.progress import Progress, phase, report
 from curate.runs.vlm_explain import VlmExplainRun, explanations_schema
-from curate.stages.common import claim_run_dir, open_dataset
+from curate.stages.common import claim_run_dir, model_identity, open_dataset, spec_of
 from curate.vlm_quality.cache import CACHE_DIR, RoleCache
 from curate.vlm_quality.contrastiveness import mask_options
 from curate.vlm_quality.prompts import ExplainPrompts
@@ -119,14 +119,25 @@ def refuse_existing_run(root: Any, run_name: str | None, overwrite: bool) -> Non
         raise FileExistsError(f"run {root / RUNS_DIR / run_name} exists; choose another --run-name or pass --overwrite")
 
 
-def _backend(model: Any, settings: VlmExplainSettings, pool: BackendPool) -> Any:
+def _role_text(model: Any) -> str:
+    """The role spec text of a model named by a spec (a string or a :class:`ModelSpec`)."""
+    return model if isinstance(model, str) else model.name
+
+
+def as_text_backend(model: Any, pool: BackendPool, *, role: str = "--model") -> Any:
+    """A generating backend from a role spec (``lvlm:...`` / ``endpoint:...``, a string or a
+    :class:`ModelSpec`), a loaded LLaVA-style model (:class:`curate.lvlm.hf.HFLvlm`), or any
+    backend with ``complete`` and ``model_id`` (returned as it is)."""
+    if spec_of(model) is not None:
+        return pool.text_backend(parse_role_spec(_role_text(model), allowed=("endpoint", "lvlm"), role=role))
     if hasattr(model, "complete") and hasattr(model, "model_id"):
         return model
     if hasattr(model, "generate") and hasattr(model, "answer_losses") and hasattr(model, "processor"):
         from curate.vlm_quality.roles import LvlmBackend
 
         return LvlmBackend(model)
-    return pool.text_backend(parse_role_spec(str(model), allowed=("endpoint", "lvlm"), role="--model"))
+    raise TypeError(f"{role}: a {type(model).__name__} cannot generate text; pass lvlm:PATH_OR_REPO, "
+                    "endpoint:URL#MODEL, a loaded curate.lvlm.hf.HFLvlm, or a backend with complete()")
 
 
 def _ask(cache: RoleCache, step: str, backend: Any, system: str, user: str, ref: ImageRef, max_tokens: int) -> str:
@@ -152,8 +163,10 @@ def vlm_explain(dataset: Any, model: Any, settings: VlmExplainSettings | None = 
 
     Args:
         dataset: a :class:`curate.store.Dataset` or its folder.
-        model: ``lvlm:PATH_OR_REPO`` | ``endpoint:URL#MODEL``, a loaded :class:`curate.lvlm.hf.HFLvlm`,
-            or any backend with ``complete`` (and ``answer_losses`` for ``likelihood``).
+        model: ``lvlm:PATH_OR_REPO`` | ``endpoint:URL#MODEL`` (a string or a :class:`ModelSpec`), a
+            loaded :class:`curate.lvlm.hf.HFLvlm`, or any backend with ``complete`` (and
+            ``answer_losses`` for ``likelihood``); the config's ``model`` records what was passed
+            (:func:`curate.stages.common.model_identity`) beside the ``spec`` text.
         settings: :class:`VlmExplainSettings`.
         run_name: the run folder (default ``vlm-explain-<model>-<UTC time>``).
         progress: phases "asking".
@@ -177,7 +190,8 @@ def vlm_explain(dataset: Any, model: Any, settings: VlmExplainSettings | None = 
     pool = BackendPool(device=settings.device, precision=settings.precision, token_env=settings.token_env,
                        timeout=settings.timeout, retries=settings.retries,
                        backoff_base=settings.backoff_base)
-    backend = _backend(model, settings, pool)
+    backend = as_text_backend(model, pool)
+    identity = model_identity(model, backend)
     if settings.answer_mode == "likelihood" and not hasattr(backend, "answer_losses"):
         raise ValueError(f"{backend.model_id} cannot score answers by likelihood; use --answer generate")
     cache = RoleCache(ds.root / "features" / CACHE_DIR if settings.use_cache else None)
@@ -242,10 +256,11 @@ def vlm_explain(dataset: Any, model: Any, settings: VlmExplainSettings | None = 
         "cache": cache.stats(),
         "timing": {"seconds": seconds},
     }
-    spec_text = model if isinstance(model, str) else getattr(getattr(backend, "spec", None), "text", backend.model_id)
+    spec_text = identity["name"] if identity["passed"] == "spec" else getattr(getattr(backend, "spec", None), "text",
+                                                                              identity["name"])
     record = VlmExplainRun(
         config={"dataset": {"name": ds.config.get("name"), "samples": len(rows)},
-                "model": {"spec": str(spec_text), "model_id": backend.model_id, "backend": type(backend).__name__},
+                "model": {**identity, "spec": str(spec_text), "backend": type(backend).__name__},
                 "label_space": {"name": candidates.name, **candidates.info},
                 "prompts": p.to_dict(), "settings": settings.to_dict()},
         summary=summary, table=table)

@@ -31,8 +31,8 @@ from curate.progress import Progress, report
 from curate.runs.base import RUNS_DIR
 from curate.runs.vlm_explain import VlmExplainRun
 from curate.runs.vlm_quality import SCORE_LABELS, SCORES, VlmQualityRun, scores_schema
-from curate.stages.common import claim_run_dir, open_dataset
-from curate.stages.vlm_explain import refuse_existing_run
+from curate.stages.common import claim_run_dir, model_identity, open_dataset, spec_of
+from curate.stages.vlm_explain import as_text_backend, refuse_existing_run
 from curate.vlm_quality.background import background_terms, hard_backgrounds, mentioned_backgrounds, mentions
 from curate.vlm_quality.cache import CACHE_DIR, RoleCache
 from curate.vlm_quality.calibration import (
@@ -51,6 +51,7 @@ from curate.vlm_quality.roles import (
     NliRole,
     ParaphraserRole,
     QuestionGeneratorRole,
+    RoleSpec,
     VerifierRole,
     parse_role_spec,
 )
@@ -63,12 +64,15 @@ __all__ = ["Judges", "VlmQualitySettings", "vlm_quality", "summarise"]
 
 @dataclass(frozen=True)
 class Judges:
-    """Which model plays each role (role specs, :func:`curate.vlm_quality.roles.parse_role_spec`)."""
+    """Which model plays each role: a role spec (:func:`curate.vlm_quality.roles.parse_role_spec`,
+    a string or a :class:`curate.models.ModelSpec`) or an already loaded model: for the three
+    generating roles a :class:`curate.lvlm.hf.HFLvlm` or a backend with ``complete``, for ``nli``
+    an entailment model with ``entailment`` (:func:`curate.vlm_quality.nli.load_nli`)."""
 
-    qgen: str
-    verifier: str
-    paraphraser: str
-    nli: str
+    qgen: Any
+    verifier: Any
+    paraphraser: Any
+    nli: Any
     verifier_mode: str = "text"  # text | likelihood (P(yes) vs P(no); lvlm: or an endpoint with prompt logprobs)
 
 
@@ -164,13 +168,36 @@ def _load_source(ds: Any, run: str) -> VlmExplainRun:
     return VlmExplainRun.load(path)
 
 
+def _role_spec(value: Any, role: str) -> RoleSpec | None:
+    """The parsed role spec of a judge named by a spec (a string or a :class:`ModelSpec`); None for a
+    loaded one."""
+    if spec_of(value) is None:
+        return None
+    allowed = ("hf",) if role == "nli" else ("endpoint", "lvlm")
+    return parse_role_spec(value if isinstance(value, str) else value.name, allowed=allowed, role=f"--{role}")
+
+
+def _role_backend(value: Any, spec: RoleSpec | None, role: str, pool: BackendPool) -> Any:
+    """The backend that plays ``role``: loaded from its spec (once per spec, :class:`BackendPool`), or
+    the loaded model passed (an HFLvlm is wrapped in a generating backend)."""
+    if role == "nli":
+        if spec is not None:
+            return pool.nli(spec)
+        if not (callable(getattr(value, "entailment", None)) and getattr(value, "model_id", None)):
+            raise TypeError(f"--nli: a {type(value).__name__} is not an entailment model; pass hf:PATH_OR_REPO or a "
+                            "model from curate.vlm_quality.nli.load_nli")
+        return value
+    return as_text_backend(value, pool, role=f"--{role}")
+
+
 def vlm_quality(dataset: Any, judges: Judges, settings: VlmQualitySettings, *, run_name: str | None = None,
                 overwrite: bool = False, progress: Progress | None = None) -> VlmQualityRun:
     """Score the explanations of the vlm-explain run ``settings.run``; write a :class:`VlmQualityRun`.
 
     Args:
         dataset: a :class:`curate.store.Dataset` or its folder.
-        judges: the role specs (:class:`Judges`).
+        judges: the role specs or loaded models (:class:`Judges`); the config's ``judges`` record,
+            per role, what was passed (:func:`curate.stages.common.model_identity`) and its ``spec``.
         settings: :class:`VlmQualitySettings` (``run`` is required).
         run_name: the run folder (default ``vlm-quality-<source run>-<UTC time>``).
         progress: phase "scoring explanations".
@@ -179,23 +206,22 @@ def vlm_quality(dataset: Any, judges: Judges, settings: VlmQualitySettings, *, r
         raise ValueError(f"verifier mode must be one of {VERIFIER_MODES}, got {judges.verifier_mode!r}")
     if settings.limit is not None and settings.limit < 1:
         raise ValueError("--limit must be at least 1")
-    specs = {"qgen": parse_role_spec(judges.qgen, allowed=("endpoint", "lvlm"), role="--qgen"),
-             "verifier": parse_role_spec(judges.verifier, allowed=("endpoint", "lvlm"), role="--verifier"),
-             "paraphraser": parse_role_spec(judges.paraphraser, allowed=("endpoint", "lvlm"), role="--paraphraser"),
-             "nli": parse_role_spec(judges.nli, allowed=("hf",), role="--nli")}
+    given = {"qgen": judges.qgen, "verifier": judges.verifier, "paraphraser": judges.paraphraser, "nli": judges.nli}
+    specs = {role: _role_spec(value, role) for role, value in given.items()}  # bad specs fail before any work
     ds = open_dataset(dataset)
     refuse_existing_run(ds.root, run_name, overwrite)
     source = _load_source(ds, settings.run)
     pool = BackendPool(device=settings.device, precision=settings.precision, token_env=settings.token_env,
                        timeout=settings.timeout, retries=settings.retries,
                        backoff_base=settings.backoff_base)
+    backends = {role: _role_backend(given[role], specs[role], role, pool) for role in given}
+    identities = {role: model_identity(given[role], backends[role]) for role in given}
     cache = RoleCache(ds.root / "features" / CACHE_DIR if settings.use_cache else None)
     p = settings.prompts
-    qgen = QuestionGeneratorRole(pool.text_backend(specs["qgen"]), cache, p.qgen)
-    verifier = VerifierRole(pool.text_backend(specs["verifier"]), cache, p.verify, mode=judges.verifier_mode)
-    paraphraser = ParaphraserRole(pool.text_backend(specs["paraphraser"]), cache, p.paraphrase)
-    nli_model = pool.nli(specs["nli"])
-    nli = NliRole(nli_model, cache)
+    qgen = QuestionGeneratorRole(backends["qgen"], cache, p.qgen)
+    verifier = VerifierRole(backends["verifier"], cache, p.verify, mode=judges.verifier_mode)
+    paraphraser = ParaphraserRole(backends["paraphraser"], cache, p.paraphrase)
+    nli = NliRole(backends["nli"], cache)
     question = source.question
     samples = {r["sample_id"]: r for r in ds.rows()}
     terms = background_terms(ds.backgrounds)
@@ -269,9 +295,8 @@ def vlm_quality(dataset: Any, judges: Judges, settings: VlmQualitySettings, *, r
     curves = {SCORE_LABELS[s]: CalibrationBins(**summary["ece"][s]) for s in SCORES if summary["ece"][s]["n"]}
     plot = reliability_png(curves, f"Reliability of explanation-quality scores ({source.model_id}, "
                                    f"{summary['n']} samples, {settings.bins} bins)") if curves else None
-    judges_cfg = {role: {"spec": spec.text, "model_id": (nli_model.model_id if role == "nli"
-                                                         else pool.text_backend(spec).model_id)}
-                  for role, spec in specs.items()}
+    judges_cfg = {role: {**identity, "spec": specs[role].text if specs[role] is not None else identity["name"]}
+                  for role, identity in identities.items()}
     judges_cfg["verifier"]["mode"] = judges.verifier_mode
     record = VlmQualityRun(
         config={"dataset": {"name": ds.config.get("name")}, "source_run": source.name, "explainer": source.model_id,

@@ -126,6 +126,39 @@ def read_source(image: Path | str | bytes | bytearray | memoryview) -> bytes:
         raise ImageRejected("unreadable", f"cannot read {path}: {exc.strerror or exc}") from None
 
 
+def _looks_like_text(data: bytes) -> bool:
+    """Whether ``data`` reads as text (UTF-8, no NUL, nearly all printable): no image format
+    Pillow reads is that (every header has binary fields), so such bytes are never a cut image
+    even when they happen to start with a format's magic (``BM...`` is a BMP's, ``SIMPLE`` a FITS's)."""
+    head = data[:4096]
+    if not head or b"\x00" in head:
+        return False
+    text = head.decode("utf-8", errors="replace")
+    odd = sum(1 for ch in text if ch == "\ufffd" or not (ch.isprintable() or ch in "\t\n\r\f\v"))
+    return odd <= max(1, len(text) // 50)  # a multi-byte character cut at 4096 bytes is fine
+
+
+def _not_an_image(data: bytes) -> ImageRejected:
+    if not data:
+        return ImageRejected("not_an_image", "not an image: the file is empty")
+    kind = "bytes of text" if _looks_like_text(data) else "bytes"
+    return ImageRejected("not_an_image", f"not an image: {len(data)} {kind} starting {data[:8]!r} "
+                                         "(no image format Pillow reads)")
+
+
+def _rejected(data: bytes, exc: BaseException, where: str) -> ImageRejected:
+    """The reason of a decode failure after Pillow recognised a format from the first bytes."""
+    if _looks_like_text(data):  # text that starts with some format's magic, e.g. "BMW ..." (BMP)
+        return _not_an_image(data)
+    message = str(exc)
+    if "truncated" in message.lower():
+        if where == "header":
+            return ImageRejected("truncated", f"the header ends early (a cut file, or not an image): {message}")
+        return ImageRejected("truncated", f"the image data ends early: {message}")
+    return ImageRejected("corrupt", f"{where} does not parse: {message}" if where == "header" else
+                         f"{where} data does not decode: {message}")
+
+
 def decode(data: bytes) -> Image.Image:
     """Open and fully decode ``data`` (first frame); raises :class:`ImageRejected` with a reason."""
     with _strict_decoding():
@@ -134,12 +167,9 @@ def decode(data: bytes) -> Image.Image:
         except Image.DecompressionBombError as exc:
             raise ImageRejected("too_large", str(exc)) from None
         except Image.UnidentifiedImageError:
-            raise ImageRejected(
-                "not_an_image", f"{len(data)} bytes starting {data[:8]!r} are not an image Pillow can read"
-            ) from None
+            raise _not_an_image(data) from None
         except Exception as exc:  # noqa: BLE001 - Pillow raises many types on bad headers
-            code = "truncated" if "truncated" in str(exc).lower() else "corrupt"
-            raise ImageRejected(code, f"header does not parse: {exc}") from None
+            raise _rejected(data, exc, "header") from None
         limit = Image.MAX_IMAGE_PIXELS
         if limit and img.width * img.height > limit:
             raise ImageRejected(
@@ -149,12 +179,8 @@ def decode(data: bytes) -> Image.Image:
             img.load()
         except Image.DecompressionBombError as exc:
             raise ImageRejected("too_large", str(exc)) from None
-        except OSError as exc:
-            message = str(exc)
-            code = "truncated" if "truncated" in message.lower() else "corrupt"
-            raise ImageRejected(code, f"{img.format} data does not decode: {message}") from None
-        except Exception as exc:  # noqa: BLE001
-            raise ImageRejected("corrupt", f"{img.format} data does not decode: {exc}") from None
+        except Exception as exc:  # noqa: BLE001 - OSError (truncated, broken data) and others
+            raise _rejected(data, exc, str(img.format)) from None
     if img.width <= 0 or img.height <= 0:
         raise ImageRejected("corrupt", f"image has size {img.width}x{img.height}")
     return img
