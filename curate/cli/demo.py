@@ -46,7 +46,7 @@ def demo(workdir: Path, steps: int | None) -> None:
                 f"chance {100 * result.background_chance:.1f}%")
     out().print(f"split (papers/003 §2.1, reference = the p=0.9 model): {result.split_kept} of {result.split_classes} classes "
                 f"kept; easy = the planted background for {result.split_planted_easy} of {result.split_kept}; "
-                f"table and Fig. 3/4 in {result.split_dir}")
+                f"table and Fig. 3/4 in {shown(result.split_dir)}")
     if result.noise_summary:
         out().print(f"  {result.noise_summary}; reference drop {result.reference_drop} (in-sample: the reference chose "
                     "easy/hard; cross-fitted: chosen on one half of the images, measured on the other)")
