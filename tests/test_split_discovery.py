@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from split_helpers import by_class, table
 
 from curate.split.discovery import (
     SplitRule,
@@ -13,20 +14,6 @@ from curate.split.discovery import (
 )
 
 RULE = SplitRule(min_per_background=2, min_drop=5.0, n_boot=200, n_perm=500)
-
-
-def table(*cells):
-    """cells: (class, background, [0/1 outcomes]) -> classes, backgrounds, correct."""
-    classes, backgrounds, correct = [], [], []
-    for c, b, outcomes in cells:
-        classes += [c] * len(outcomes)
-        backgrounds += [b] * len(outcomes)
-        correct += list(outcomes)
-    return np.array(classes), np.array(backgrounds, dtype=object), np.array(correct, dtype=float)
-
-
-def by_class(splits):
-    return {s.class_index: s for s in splits}
 
 
 def test_easy_is_the_best_hard_the_worst_and_the_drop_decides() -> None:

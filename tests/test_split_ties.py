@@ -11,6 +11,7 @@ import sys
 import numpy as np
 import pytest
 from PIL import Image
+from split_helpers import by_class, table
 
 from curate.jsonio import write_json
 from curate.runs.split import LabelSources, SplitClass, SplitRun
@@ -19,20 +20,6 @@ from curate.stages.split import SplitSettings, split
 from curate.store import Dataset, NewSample
 
 RULE = SplitRule(min_per_background=2, n_boot=50, n_perm=50, crossfit_repeats=2)
-
-
-def table(*cells):
-    """cells: (class, background, [0/1 outcomes]) -> classes, backgrounds, correct."""
-    classes, backgrounds, correct = [], [], []
-    for c, b, outcomes in cells:
-        classes += [c] * len(outcomes)
-        backgrounds += [b] * len(outcomes)
-        correct += list(outcomes)
-    return np.array(classes), np.array(backgrounds, dtype=object), np.array(correct, dtype=float)
-
-
-def by_class(splits):
-    return {s.class_index: s for s in splits}
 
 
 # -- defect 1: ties -------------------------------------------------------------------------
