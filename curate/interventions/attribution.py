@@ -208,8 +208,6 @@ def attribute(table: PhotoTable, *, n_boot: int = 1000, seed: int = 0, level: fl
         with np.errstate(invalid="ignore"):
             overall_ci[k] = _interval(np.nanmean(np.where(np.isfinite(stacked), stacked, np.nan), axis=0)
                                       if stacked.size else np.full(0, np.nan), level)
-    overall["rfs"] = float(np.mean([point[c]["rfs"] for c in classes if math.isfinite(point[c]["rfs"])])) \
-        if any(math.isfinite(point[c]["rfs"]) for c in classes) else float("nan")
     return per_class, overall, overall_ci, len(decomposed)
 
 

@@ -48,7 +48,6 @@ from PIL import Image
 
 from curate.interventions import image_ops as ops
 from curate.interventions.plan import (
-    DONOR_VARIANTS,
     Assignment,
     Source,
     adversarial_set,
@@ -486,7 +485,3 @@ def _added_at(row: dict[str, Any]) -> Any:
         return value if value.tzinfo is not None else value.replace(tzinfo=dt.timezone.utc)
     return None
 
-
-def donor_variants() -> tuple[str, ...]:
-    """The variants that take another photo's background (for the CLI's help)."""
-    return DONOR_VARIANTS
