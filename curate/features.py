@@ -1,12 +1,13 @@
 """Image outputs with a cache: every image is decoded and encoded once per model.
 
-What is cached per (model id, preprocessing, output kind, sample id):
+What is cached per (model id, preprocessing, precision, input path, output kind, sample id):
 - ``embedding``: the L2-normalised image embedding of a CLIP (zero-shot scoring for any label
   space, prompt set or top-k is then matrix work on these);
 - ``logits``: the 1000-way logits of an ImageNet classifier.
 
 Layout: ``DIR/features/<model slug>/<key>/`` with ``index.json`` (the record: model id,
-preprocessing, kind, dimension, format version, and the sample ids in row order) and the
+preprocessing, precision, input path, kind, format version; the dimension and the sample ids in
+row order) and the
 array file it names (``values-<token>.npy``, float32): the compacted base. While a run
 encodes, every finished shard of outputs goes to its own ``shard-<token>.npz`` (sample ids,
 values and the record, written atomically), so a run that is killed keeps every shard it
@@ -16,8 +17,20 @@ writes every batch it finished as one more shard, then stops. At the end of a ru
 shards are merged into a new base (new array file, then ``index.json`` replaced atomically,
 then the shards deleted; a crash in between leaves duplicates, which readers drop: an id
 always names the same pixels, so both copies hold the same output). A cache or shard whose
-record does not match (another model, another preprocessing, an older format) is never
-reused. Which engine encodes (in-process or Ray Data, :mod:`curate.engine`) does not change
+record does not match (another model, another preprocessing, another precision or input path,
+an older format) is never reused.
+
+Precision and input path are part of the key (:func:`cache_key`; format version 2): a bf16
+run on a folder that holds fp32 features encodes its own, and reports bf16 numbers. The
+precision keyed is the one the model computes in (:func:`feature_precision`): ``amp`` on a
+CPU autocasts to bf16 exactly as ``amp_bf16`` does, so the two share; ``amp`` on CUDA
+autocasts to fp16. fp32 and ``amp`` never share (unmeasured: ``amp`` changes the matmuls'
+dtype). The device kind is not part of the key: the same precision on a CPU and on a GPU
+computes the same function up to rounding (measured for ViT-B-32 fp32, CPU vs CUDA: the same
+top-1 on 300/300 images, largest top-1 score difference 1.4e-3, issue 27), so a cache encoded
+on a GPU serves a re-score on a laptop; the run records the device that encoded
+(:class:`Features`). Caches of format version 1 (no precision in the key) are not reused:
+their precision is unknown. Which engine encodes (in-process or Ray Data, :mod:`curate.engine`) does not change
 the cache: both write the same shards. The engines never import this module: what they run per
 batch is in :mod:`curate.engine.images` and :mod:`curate.engine.identity`, which this module
 imports (and re-exports: ``preprocessing_fingerprint``, ``default_workers``).
@@ -42,7 +55,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from curate.engine.identity import preprocessing_fingerprint
+from curate.engine.identity import LazyModel, preprocessing_fingerprint
 from curate.engine.images import ImageFiles as _ImageFiles
 from curate.engine.images import default_workers
 from curate.engine.images import model_output as _model_output
@@ -54,7 +67,7 @@ if TYPE_CHECKING:  # torch is imported where images are encoded, so reading the 
 logger = logging.getLogger(__name__)
 
 FEATURES_DIR = "features"
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: precision and input path in the key and the record
 KINDS = ("embedding", "logits")
 
 
@@ -67,15 +80,78 @@ class Features:
     failed: dict[str, str] = field(default_factory=dict)  # sample id -> reason
     computed: int = 0  # how many were encoded in this call (0 = all from cache)
     cached: int = 0  # how many came from the cache (computed + cached = the distinct ids asked for)
+    precision: str = "fp32"  # the precision that made every one of them (feature_precision; part of the key)
+    input_path: str = "cpu-exact"  # the input path that made them (curate.engine.images.INPUT_PATHS; part of the key)
+    device: str | None = None  # the device that encoded the ``computed`` ones (None: nothing was encoded)
+
+    def provenance(self) -> dict[str, object]:
+        """What a run records about its features: ``precision``, ``input_path``, ``device``
+        (of this call's encoding), ``encoded``, ``cached``."""
+        return {"precision": self.precision, "input_path": self.input_path, "device": self.device,
+                "encoded": self.computed, "cached": self.cached}
 
     def row_of(self) -> dict[str, int]:
         return {sid: i for i, sid in enumerate(self.sample_ids)}
 
 
-def cache_key(model, kind: str) -> str:
-    blob = json.dumps({"model": model.model_id, "preprocess": preprocessing_fingerprint(model), "kind": kind,
-                       "version": CACHE_VERSION}, sort_keys=True)
+def _device_kind(model) -> str:
+    """``cpu`` / ``cuda`` / ... of the model's device, without loading a lazy model (its
+    recorded ``info["device"]``, which :func:`curate.engine.stage_model` sets to this run's);
+    ``auto`` is resolved (which imports torch)."""
+    if isinstance(model, LazyModel) and not model.loaded:
+        device = (model.info or {}).get("device") or "auto"
+    else:
+        device = getattr(model, "device", None) or "auto"
+    kind = getattr(device, "type", None) or str(device).split(":")[0]
+    if kind == "auto":
+        from curate.models.base import resolve_device
+
+        kind = resolve_device("auto").type
+    return kind
+
+
+def feature_precision(model) -> str:
+    """The precision the model's outputs are computed in (part of the cache key).
+
+    The model's ``precision`` (a lazy model's recorded ``info["precision"]``, which the stage
+    sets to this run's; fp32 when neither says), with ``amp`` named by what it autocasts to:
+    ``amp_bf16`` on a CPU (torch autocasts to bf16 there, exactly as ``amp_bf16`` does), ``amp``
+    (fp16) elsewhere."""
+    if isinstance(model, LazyModel) and not model.loaded:
+        precision = str((model.info or {}).get("precision") or "fp32")
+    else:
+        precision = str(getattr(model, "precision", None) or "fp32")
+    if precision == "amp" and _device_kind(model) == "cpu":
+        return "amp_bf16"
+    return precision
+
+
+def resolve_input_path(model, requested: str = "cpu-exact") -> str:
+    """``requested`` (``auto`` | ``cpu-exact`` | ``gpu``) as the path that will run
+    (:func:`curate.engine.images.choose_input_path`); only ``auto`` looks at the model's device
+    (loading a lazy model's device kind from its record, :func:`_device_kind`) and transform."""
+    from curate.engine.images import choose_input_path
+
+    if requested == "cpu-exact":
+        return requested
+    if requested == "auto":
+        if _device_kind(model) != "cuda":
+            return "cpu-exact"
+        return choose_input_path("cuda", "auto", model.preprocess)
+    return choose_input_path("cpu", requested)
+
+
+def cache_key(model, kind: str, input_path: str = "cpu-exact") -> str:
+    """The cache folder's name: a hash of the model id, its preprocessing fingerprint, the
+    precision its outputs are computed in (:func:`feature_precision`), the input path, the
+    output kind and :data:`CACHE_VERSION` (module docstring: why not the device)."""
+    blob = json.dumps(_record(model, kind, input_path), sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:20]
+
+
+def _record(model, kind: str, input_path: str) -> dict[str, object]:
+    return {"model_id": model.model_id, "preprocess": preprocessing_fingerprint(model), "kind": kind,
+            "precision": feature_precision(model), "input_path": input_path, "version": CACHE_VERSION}
 
 
 def model_output(model, kind: str, batch: torch.Tensor) -> torch.Tensor:
@@ -124,16 +200,21 @@ def encode_images(
 
 
 class FeatureCache:
-    """The on-disk cache of one (model, preprocessing, kind) in a dataset folder."""
+    """The on-disk cache of one (model, preprocessing, precision, input path, kind) in a dataset folder."""
 
-    def __init__(self, dataset_root: Path, model, kind: str) -> None:
+    def __init__(self, dataset_root: Path, model, kind: str, input_path: str = "cpu-exact") -> None:
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+        from curate.engine.images import INPUT_PATHS
+
+        if input_path not in INPUT_PATHS:
+            raise ValueError(f"input path must be one of {INPUT_PATHS}, got {input_path!r}")
         self.model = model
         self.kind = kind
-        self.folder = Path(dataset_root) / FEATURES_DIR / slug(model.model_id) / cache_key(model, kind)
-        self.record = {"model_id": model.model_id, "preprocess": preprocessing_fingerprint(model), "kind": kind,
-                       "version": CACHE_VERSION}
+        self.input_path = input_path
+        self.record = _record(model, kind, input_path)
+        self.precision = str(self.record["precision"])
+        self.folder = Path(dataset_root) / FEATURES_DIR / slug(model.model_id) / cache_key(model, kind, input_path)
 
     def _load_base(self) -> tuple[list[str], np.ndarray, str | None]:
         index_path = self.folder / "index.json"
@@ -278,7 +359,7 @@ def _sigterm_as_interrupt() -> Iterator[None]:
 def compute_features(
     dataset, model, sample_ids: Sequence[str], *, kind: str | None = None, batch_size: int = 256,
     workers: int | None = None, use_cache: bool = True, progress: Callable[[int, int], None] | None = None,
-    engine=None, shard_rows: int = 4096, factory=None,
+    engine=None, shard_rows: int = 4096, factory=None, input_path: str = "cpu-exact",
 ) -> Features:
     """Outputs of ``model`` for ``sample_ids`` of ``dataset``, reusing and extending the cache.
 
@@ -292,13 +373,19 @@ def compute_features(
     since the last shard are written as one more shard before the exception goes on: the next
     call encodes only the rest. The model is touched only when something is missing.
     ``factory`` (:class:`curate.engine.base.ModelFactory`) is how a remote worker loads the
-    model; without one a remote engine ships the loaded model by value.
+    model; without one a remote engine ships the loaded model by value. ``input_path``
+    (``cpu-exact``, the default and CLIP_benchmark's; ``gpu``; ``auto``:
+    :func:`resolve_input_path`) is how files become the model's input; it and the precision
+    key the cache, and the result says which made its features (:meth:`Features.provenance`).
     """
     from curate.engine.base import EncodeJob
     from curate.engine.local import LocalEngine
 
     kind = kind or ("embedding" if model.kind == "clip" else "logits")
-    cache = FeatureCache(dataset.root, model, kind) if use_cache and getattr(model, "cache_safe", True) else None
+    input_path = resolve_input_path(model, input_path)
+    precision = feature_precision(model)
+    cache = (FeatureCache(dataset.root, model, kind, input_path) if use_cache and getattr(model, "cache_safe", True)
+             else None)
     cached_ids, cached_values = cache.load() if cache else ([], np.zeros((0, 0), np.float32))
     position = {sid: i for i, sid in enumerate(cached_ids)}
     wanted = list(dict.fromkeys(sample_ids))
@@ -306,7 +393,7 @@ def compute_features(
     failed: dict[str, str] = {}
     if missing:
         engine = engine or LocalEngine(workers=workers)
-        job = EncodeJob.for_model(model, kind, batch_size=batch_size, output=model_output)
+        job = EncodeJob.for_model(model, kind, batch_size=batch_size, output=model_output, input_path=input_path)
         job.factory = factory or job.factory
         new_ids: list[str] = []
         new_parts: list[np.ndarray] = []
@@ -361,4 +448,6 @@ def compute_features(
     rows = [position[sid] for sid in ordered]
     width = cached_values.shape[1] if cached_values.ndim == 2 else 0
     values = cached_values[rows] if rows else np.zeros((0, width), np.float32)
-    return Features(ordered, values, failed, computed=len(missing), cached=len(wanted) - len(missing))
+    device = str(getattr(model, "device", "")) if missing else None
+    return Features(ordered, values, failed, computed=len(missing), cached=len(wanted) - len(missing),
+                    precision=precision, input_path=input_path, device=device)

@@ -37,12 +37,15 @@ from curate.formatting import pct
 @click.option("--bootstrap", type=int, default=1000, show_default=True, help="Bootstrap replicates for the intervals.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the feature cache.")
+@click.option("--input-path", type=click.Choice(["cpu-exact", "gpu", "auto"]), default="cpu-exact", show_default=True,
+              help="cpu-exact: open_clip's own PIL preprocessing (equal to CLIP_benchmark); gpu: JPEG decode, resize, "
+                   "crop and normalise on the device (within 4/255 of cpu-exact); auto: gpu on CUDA where possible.")
 @lvlm_options
 @engine_options
 def evaluate(directory: Path, models: tuple[str, ...], pretrained: tuple[str, ...], label_space: str, prompts: str,
              device: str, precision: str, batch_size: int, workers: int | None, run_name: str | None, overwrite: bool,
              top20_reference: str | None, top20_pretrained: str | None, rebuild_top20: bool, bootstrap: int, seed: int,
-             no_cache: bool, question: str, answer_template: str, token_env: str | None, engine: str,
+             no_cache: bool, input_path: str, question: str, answer_template: str, token_env: str | None, engine: str,
              ray_address: str | None, gpus_per_worker: float) -> None:
     """Zero-shot (CLIPs), 1000-way (classifiers) or answer-likelihood (LVLMs) evaluation: accuracy, easy/hard, drop, intervals.
 
@@ -57,7 +60,7 @@ def evaluate(directory: Path, models: tuple[str, ...], pretrained: tuple[str, ..
         precision=precision, bootstrap=bootstrap, seed=seed, rebuild_top20=rebuild_top20, use_cache=not no_cache,
         top20_reference=ModelSpec(top20_reference, parse_pretrained(top20_pretrained)) if top20_reference else None,
         question=question, answer_template=answer_template, token_env=token_env,
-        engine=engine, ray_address=ray_address, gpus_per_worker=gpus_per_worker,
+        engine=engine, ray_address=ray_address, gpus_per_worker=gpus_per_worker, input_path=input_path,
     )
     with progress() as bar:
         runs = evaluate_models(directory, specs, settings, run_name=run_name, overwrite=overwrite,

@@ -53,7 +53,7 @@ def _target(ctx: click.Context, param: click.Parameter, value: str):
               help="Write maps/<sample_id>.npz (float32 maps the scores come from, aligned mask, targets).")
 @run_options
 @device_options
-@batch_options(batch_size=32, workers=0)
+@batch_options(batch_size=32)
 @engine_options
 @click.option("--limit", type=int, default=None, help="Explain only the first N samples with a mask.")
 @mask_trust_option

@@ -43,7 +43,9 @@ def stage_model(spec: Any, root: Any, loader: Any, *, device: str = "auto", prec
     from curate.engine.base import ModelFactory
     from curate.engine.identity import LazyModel, lazy_model
 
-    model = lazy_model(spec.name, spec.pretrained, root, loader, overrides={"precision": precision})
+    # this run's device and precision, not the recorded run's: the feature cache is keyed on
+    # the precision (and, for ``amp``, the device kind) without loading the model
+    model = lazy_model(spec.name, spec.pretrained, root, loader, overrides={"precision": precision, "device": device})
     factory = None
     if spec.pretrained and getattr(model, "cache_safe", False):
         factory = ModelFactory(spec.name, spec.pretrained, precision=precision, expected_model_id=model.model_id)

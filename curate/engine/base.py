@@ -90,12 +90,15 @@ class EncodeJob:
     #: ``output(model, kind, batch)``: the tensor to keep per image (None:
     #: :func:`curate.engine.images.model_output`); picklable (a module-level function) for remote workers
     output: Callable[[Any, str, Any], Any] | None = None
+    #: how files become the model's input: ``cpu-exact`` or ``gpu`` (already chosen:
+    #: :func:`curate.engine.images.choose_input_path`); the ``gpu`` path runs on the local engine only
+    input_path: str = "cpu-exact"
 
     @classmethod
     def for_model(cls, model: Any, kind: str, *, batch_size: int = 256,
-                  output: Callable[[Any, str, Any], Any] | None = None) -> EncodeJob:
+                  output: Callable[[Any, str, Any], Any] | None = None, input_path: str = "cpu-exact") -> EncodeJob:
         return cls(model=model, kind=kind, batch_size=batch_size, factory=getattr(model, "factory", None),
-                   output=output)
+                   output=output, input_path=input_path)
 
     def remote_factory(self, device: str) -> Callable[[], Any]:
         """The factory a remote worker calls (:func:`remote_factory` of this job's model)."""
@@ -130,6 +133,10 @@ class BatchJob:
     batch_size: int
     decode: Callable[[list[Any]], Any]
     worker: Callable[[str], Callable[[Any], Any]]
+    #: the device the local worker runs on (``cuda:0``, ``cpu``; None: unknown): the local
+    #: engine sizes its decoding processes by it when given none
+    #: (:func:`curate.engine.images.default_workers`) and pins the decoded batches for CUDA
+    device: str | None = None
 
 
 class DecodeImages:

@@ -200,6 +200,9 @@ class RayEngine:
 
         if not sample_ids:
             return
+        if isinstance(job, EncodeJob) and job.input_path != "cpu-exact":
+            raise ValueError(f"the {job.input_path} input path runs on the local engine only (Ray decodes in CPU "
+                             "tasks with the exact path); use input path cpu-exact with --engine ray")
         with ray_session(self.address, num_cpus=self.num_cpus):
             if isinstance(job, BatchJob):
                 yield from self._run_job(job)

@@ -3,7 +3,11 @@
 Files (``runs/<name>/``):
 
 - ``config.json``: ``model`` (name, pretrained, model_id, family, info), ``label_space`` (name
-  and how it was built), ``prompts`` (name and templates), ``settings``, ``dataset``;
+  and how it was built), ``prompts`` (name and templates), ``settings``, ``dataset`` (name,
+  samples, ``images_encoded`` and, since issue 27, ``features``: the ``precision`` and
+  ``input_path`` that made the image features the run scored, part of the feature cache's key,
+  the ``device`` that encoded the ones this run encoded, ``encoded`` and ``cached``; absent in
+  older runs and for LVLMs, see :attr:`EvaluationRun.features`);
 - ``predictions.parquet`` (:data:`PREDICTIONS_SCHEMA`): per sample the top-k labels
   (base-space indices, within the candidate label space) with their scores, and whether top-1
   / top-5 are right;
@@ -198,6 +202,21 @@ class EvaluationRun(RunRecord):
     def templates(self) -> list[str]:
         return list(self.prompts.get("templates") or [])
 
+    @classmethod
+    def finished(cls, dataset_root: Path | str, name: str) -> EvaluationRun:
+        """The finished evaluation run ``name`` of a dataset folder, for stages that read another run's
+        predictions (``--predictions``): FileNotFoundError when there is no such folder, RunError
+        naming the option when it is not a finished evaluation run."""
+        from curate.runs.base import RUNS_DIR
+
+        path = Path(dataset_root) / RUNS_DIR / name
+        if not path.is_dir():
+            raise FileNotFoundError(f"{path} is not a finished evaluation run (no such run folder)")
+        try:
+            return cls.load(path)
+        except RunError as error:
+            raise RunError(f"--predictions {name}: not a finished evaluation run ({error})") from None
+
     @property
     def is_paper_setting(self) -> bool:
         """1 vs 1000 over ImageNet-1K with "A photo of {}." (the paper's split setting, §2.1)."""
@@ -246,6 +265,18 @@ class EvaluationRun(RunRecord):
     def images_encoded(self) -> int:
         """Images this evaluation encoded (0 when every output came from the feature cache)."""
         return int(self.dataset.get("images_encoded") or 0)
+
+    @property
+    def features(self) -> dict[str, Any]:
+        """Which precision and input path made the image features this run scored, and the
+        device that encoded the ones it encoded (``{"precision", "input_path", "device",
+        "encoded", "cached"}``). Runs written before these were recorded (and LVLM runs, which
+        keep no features) give None for what they do not say; an older run's precision is then
+        only the one it asked for (``settings.precision``), not necessarily its features'."""
+        recorded = dict(self.dataset.get("features") or {})
+        return {"precision": recorded.get("precision"), "input_path": recorded.get("input_path"),
+                "device": recorded.get("device"), "encoded": int(recorded.get("encoded", self.images_encoded) or 0),
+                "cached": int(recorded.get("cached", self.images_cached) or 0)}
 
     @property
     def images_cached(self) -> int:

@@ -73,6 +73,10 @@ class EvalSettings:
     engine: str = "local"  # local | ray (curate.engine); with ray, ``workers`` = model actors
     ray_address: str | None = None  # None: a local Ray instance for the run; auto | ray://HOST:PORT
     gpus_per_worker: float = 0.0
+    #: how files become the model's input (curate.engine.images): cpu-exact (the model's own PIL
+    #: transform, CLIP_benchmark's numbers) | gpu (decode, resize, crop, normalise on the device) |
+    #: auto (gpu on CUDA, cpu-exact elsewhere). Part of the feature cache's key; recorded in the run.
+    input_path: str = "cpu-exact"
 
 
 def _evaluation_rows(ds, statuses: Sequence[str]) -> list[dict]:
@@ -109,12 +113,13 @@ def _model(spec: ModelSpec, settings: EvalSettings, root: Path):
 
 
 def _scores(ds, model, ids: list[str], prompts: PromptSet, settings: EvalSettings, progress,
-            needed: np.ndarray | None = None) -> tuple[np.ndarray, list[str], dict[str, str], int]:
-    """Scores over the base label space for the ids that succeeded; for CLIPs only the
+            needed: np.ndarray | None = None) -> tuple[np.ndarray, list[str], dict[str, str], dict[str, Any]]:
+    """Scores over the base label space for the ids that succeeded, the failures, and where the
+    features came from (:meth:`curate.features.Features.provenance`); for CLIPs only the
     ``needed`` label columns are computed (the rest are -inf, never candidates anyway)."""
     feats = compute_features(ds, model, ids, batch_size=settings.batch_size, workers=settings.workers,
                              use_cache=settings.use_cache, progress=progress, engine=_engine(settings),
-                             factory=getattr(model, "factory", None))
+                             factory=getattr(model, "factory", None), input_path=settings.input_path)
     if model.kind == "clip":  # in numpy: with everything cached, a re-score imports no torch
         classifier = classifier_for_labels(model, ds.label_space.names, needed, prompts,
                                            ds.root / FEATURES_DIR / "text" if settings.use_cache else None, numpy=True)
@@ -129,7 +134,7 @@ def _scores(ds, model, ids: list[str], prompts: PromptSet, settings: EvalSetting
             raise ValueError(f"{model.model_id} is an ImageNet-1K classifier; the dataset's label space "
                              f"'{ds.label_space.name}' is not ImageNet-1K, so it cannot be scored on it")
         scores = feats.values
-    return scores.astype(np.float32), feats.sample_ids, feats.failed, feats.computed
+    return scores.astype(np.float32), feats.sample_ids, feats.failed, feats.provenance()
 
 
 def resolve_candidates(ds, settings: EvalSettings, rows: list[dict], progress=None) -> CandidateSpace:
@@ -167,7 +172,8 @@ def _build_top20_space(ds, settings: EvalSettings, rows: list[dict], progress=No
     grouped = [r for r in rows if r["group"] in ("easy", "hard")]
     use = grouped or rows  # easy and hard together (App. C.2); every sample before a split exists
     feats = compute_features(ds, model, [r["sample_id"] for r in use], kind="embedding", batch_size=settings.batch_size,
-                             workers=settings.workers, use_cache=settings.use_cache, progress=progress)
+                             workers=settings.workers, use_cache=settings.use_cache, progress=progress,
+                             input_path=settings.input_path)
     by_id = feats.row_of()
     per_class: dict[int, list[int]] = {}
     for r in use:
@@ -294,6 +300,7 @@ def evaluate(
     candidates.check_covers([r["class_index"] for r in rows], ds.label_space)
     ids = [r["sample_id"] for r in rows]
     lvlm = None
+    features: dict[str, Any] | None = None  # which precision and input path made the image features (not LVLMs)
     if lvlm_scoring.is_lvlm_spec(model):  # answer likelihood (curate/lvlm/scoring.py), -inf outside candidates
         lvlm = lvlm_scoring.lvlm_scores(ds, model, rows, candidates, settings, phase(progress, "scoring answers"),
                                         engine=_engine(settings))
@@ -302,8 +309,9 @@ def evaluate(
     else:
         _engine(settings)  # a bad engine choice fails before any work
         loaded = model if spec is None else _model(spec, settings, ds.root)
-        scores, kept, failed, encoded = _scores(ds, loaded, ids, prompts, settings, phase(progress, "encoding images"),
-                                                candidates.needed_labels())
+        scores, kept, failed, features = _scores(ds, loaded, ids, prompts, settings,
+                                                 phase(progress, "encoding images"), candidates.needed_labels())
+        encoded = int(features["encoded"])
         prompts_config = prompts.to_config()
     identity = given or model_identity(spec, loaded)
     by_id = {r["sample_id"]: r for r in rows}
@@ -338,7 +346,8 @@ def evaluate(
         label_space={"name": candidates.name, **candidates.info}, prompts=prompts_config,
         settings={**asdict(settings),
                   "top20_reference": settings.top20_reference.label if settings.top20_reference else None},
-        dataset={"name": ds.config.get("name"), "samples": len(rows), "images_encoded": encoded},
+        dataset={"name": ds.config.get("name"), "samples": len(rows), "images_encoded": encoded,
+                 **({"features": features} if features is not None else {})},
         metrics=metrics, predictions_table=predictions, candidate_losses_table=lvlm.losses if lvlm else None,
     )
     run_dir = claim_run_dir(ds.root, run_name, "eval", f"{identity_label(identity)}-{candidates.name}",

@@ -64,8 +64,7 @@ from curate.runs.explain import (
 from curate.saliency.base import SaliencyError, SaliencyResult
 from curate.saliency.inputs import (
     UNTRUSTED_MASK_REASONS,
-    MaskedImages,
-    collate_masked,
+    MaskedDecode,
     model_class_names,
     open_masked_dataset,
     prompt_set_for,
@@ -127,8 +126,10 @@ class ExplainSettings:
         limit: explain only the first ``limit`` eligible samples.
         batch_size: images per batch (halved automatically on out-of-memory).
         device, precision: where and how to load the model when it is not loaded yet.
-        workers: DataLoader workers decoding images and masks (``engine="local"``), or the
-            number of model actors (``engine="ray"``, default 1).
+        workers: DataLoader worker processes decoding images and masks (``engine="local"``;
+            0: in this process; None: :func:`curate.engine.images.default_workers` of the
+            model's device, every core but one on a GPU machine), or the number of model actors
+            (``engine="ray"``, default 1). The maps do not depend on it.
         engine, ray_address, gpus_per_worker: where the maps are computed
             (:func:`curate.engine.make_engine`: ``local`` = this process; ``ray`` = Ray Data, one
             model and :class:`curate.saliency.Explainer` per actor). The batches, and so the
@@ -156,7 +157,7 @@ class ExplainSettings:
     batch_size: int = 32
     device: str = "auto"
     precision: str = "fp32"
-    workers: int = 0
+    workers: int | None = None
     engine: str = "local"
     ray_address: str | None = None
     gpus_per_worker: float = 0.0
@@ -174,7 +175,7 @@ class ExplainSettings:
             raise SaliencyError(f"label_space {self.label_space!r} is not one of {', '.join(LABEL_SPACES)}")
         if int(self.batch_size) < 1:
             raise SaliencyError(f"batch_size must be >= 1, got {self.batch_size}")
-        if int(self.workers) < 0:
+        if self.workers is not None and int(self.workers) < 0:
             raise SaliencyError(f"workers must be >= 0, got {self.workers}")
         if self.statuses is not None:
             self.statuses = tuple(self.statuses)
@@ -410,8 +411,8 @@ def compute_explanations(
     # --- the loop
     size = tuple(loaded.image_size)
     mask_fn = mask_transform or mask_transform_for(loaded.preprocess)
-    job = BatchJob(items=rows, batch_size=settings.batch_size, decode=_MaskedDecode(ds, loaded.preprocess, mask_fn, size),
-                   worker=worker)
+    job = BatchJob(items=rows, batch_size=settings.batch_size, decode=MaskedDecode(ds, loaded.preprocess, mask_fn, size),
+                   worker=worker, device=str(loaded.device))
     scored = _Scored()
     kept_maps: dict[str, np.ndarray] = {}
     instance_masks = 0
@@ -473,21 +474,6 @@ _SCORED = ("", "mask_resized")
 def _good(problems: list[str]) -> list[int]:
     """Positions of a batch whose image and mask decoded into something to score."""
     return [j for j, p in enumerate(problems) if p in _SCORED]
-
-
-class _MaskedDecode:
-    """``BatchJob.decode`` of the explain stage (runs in DataLoader workers or Ray CPU tasks):
-    one batch of rows -> the collated images and input-aligned masks (:class:`MaskedImages`),
-    plus each row's label (-1: none)."""
-
-    def __init__(self, ds: Dataset, preprocess: Callable, mask_fn: Callable, size: tuple[int, int]) -> None:
-        self.ds, self.preprocess, self.mask_fn, self.size = ds, preprocess, mask_fn, size
-
-    def __call__(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
-        items = MaskedImages(self.ds, rows, self.preprocess, self.mask_fn, self.size)
-        batch = collate_masked([items[i] for i in range(len(items))])
-        batch["labels"] = [r["class_index"] if r.get("class_index") is not None else -1 for r in rows]
-        return batch
 
 
 class _ExplainWorker:

@@ -101,10 +101,12 @@ SCHEMA: pa.Schema = pa.schema(
 
 #: Columns with few distinct values: dictionary-encoded in samples.parquet. The unique columns
 #: (ids, hashes, paths, urls) are not, since a dictionary of a million distinct strings only
-#: costs time before the writer falls back to plain encoding.
+#: costs time before the writer falls back to plain encoding. ``extra`` is not either: the
+#: collectors write per-row provenance there (observation and photo ids, observer, place, the
+#: original filename), so in real folders nearly every value is distinct (issue 29).
 LOW_CARDINALITY_COLUMNS: tuple[str, ...] = (
     "source", "license", "attribution", "class_name", "status", "reject_reason", "background",
-    "background_source", "mask_status", "group", "tags", "extra",
+    "background_source", "mask_status", "group", "tags",
 )
 #: ``pyarrow.parquet.write_table`` options of samples.parquet. zstd is read by every current
 #: parquet reader (pyarrow, DuckDB, Polars, Spark, pandas) and at a million rows halves the file
@@ -229,6 +231,8 @@ def check_value(column: str, value: Any, vocab: Vocabulary) -> str | None:
             parsed = json.loads(value)
         except ValueError as exc:
             return f"extra is not valid JSON ({exc})"
+        except RecursionError:
+            return "extra is JSON nested too deeply to read"
         if not isinstance(parsed, dict):
             return f"extra is JSON {type(parsed).__name__}, expected an object"
         return None

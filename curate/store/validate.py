@@ -30,6 +30,14 @@ row by hand (tests/test_store_scale.py compares the two). Image presence for the
 answered by directory listings, skipped when neither samples.parquet nor any media folder
 changed since the last complete check (:func:`curate.store.rowscan.files_unchanged`). Mask
 presence and mask sizes are checked on every open (a PNG header read per mask).
+
+``extra`` (issue 29): every open checks each value's shape (``{...}``); the whole parse
+(:func:`curate.store.rowscan.extra_not_objects`, exact as ``json.loads``) runs in
+:func:`check_dataset` always and in an open only when no record says that this very
+samples.parquet was parsed before (:func:`curate.store.rowscan.extras_unchanged`; curate's
+writers, which check what they write, carry the record to the files they commit). A
+hand-corrupted ``extra`` is therefore reported by the next open as well as by ``curate check``:
+any write that is not curate's gives a file the record does not name.
 """
 from __future__ import annotations
 
@@ -44,10 +52,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import yaml
 
 from curate.labels import LabelSpace
-from curate.parquetio import read_parquet_file
 from curate.store import rowscan
 from curate.store import schema as S
 from curate.store.atomic import read_jsonl
@@ -178,6 +186,19 @@ def background_problem(backgrounds: Any) -> str | None:
     return None
 
 
+def read_samples_file(path: Path) -> pa.Table:
+    """samples.parquet as a table, read on one thread.
+
+    Measured on the project's 2-core VM at a million collector-shaped rows (a ~1 GB table):
+    pyarrow's threaded read spends 1.3-3.7 s of *system* time (the threads fault in fresh pages
+    at once and contend in the kernel) against 0.2-0.6 s single-threaded, for the same ~0.7 s of
+    user time, and is not faster in wall time on a loaded machine. Like
+    :func:`curate.parquetio.read_parquet_file` it goes through ``ParquetFile`` (no
+    ``pyarrow.dataset``, no pandas import). Raises what pyarrow raises."""
+    with pq.ParquetFile(path) as handle:
+        return handle.read(use_threads=False)
+
+
 def _load_table(root: Path, out: Inspection) -> tuple[pa.Table | None, set[str]]:
     """The raw table and the set of columns present with a usable type."""
     path = root / SAMPLES_FILE
@@ -186,7 +207,7 @@ def _load_table(root: Path, out: Inspection) -> tuple[pa.Table | None, set[str]]
         problems.append(ValidationProblem(None, None, None, f"{SAMPLES_FILE} is missing from {root}"))
         return None, set()
     try:
-        table = read_parquet_file(path)
+        table = read_samples_file(path)
     except Exception as exc:  # noqa: BLE001 - arrow raises several types for bad files
         problems.append(ValidationProblem(None, None, None, f"{SAMPLES_FILE} cannot be read as parquet: {exc}"))
         return None, set()
@@ -238,9 +259,15 @@ def inspect_dataset(root: str | Path, *, deep: bool = False, cached_files: bool 
         out.problems.append(ValidationProblem(None, None, None, f"{root} is not a folder"))
         return out
     _load_config(root, out)
+    identity = rowscan.samples_identity(root)  # before the read: the record must name what was read
     table, usable = _load_table(root, out)
+    if identity is not None and rowscan.samples_identity(root) != identity:
+        identity = None  # replaced while it was read: which file was read is not known
     if table is not None:
-        _check_rows(root, table, usable, out, deep=deep, cached_files=cached_files)
+        known = cached_files and rowscan.extras_unchanged(root, identity)
+        _check_rows(root, table, usable, out, deep=deep, cached_files=cached_files, parse_extra=not known)
+        if not known and "extra" in usable and not any(p.column == "extra" for p in out.problems):
+            rowscan.remember_extras_valid(root, identity)
         if usable == set(S.COLUMN_NAMES) and len(table.column_names) == len(S.COLUMN_NAMES):
             try:
                 out.table = table.select(list(S.COLUMN_NAMES)).cast(S.SCHEMA)
@@ -284,15 +311,22 @@ def _torn_tail(path: Path) -> str | None:
 
 
 def _check_rows(root: Path, table: pa.Table, usable: set[str], out: Inspection, *, deep: bool,
-                cached_files: bool = True) -> None:
+                cached_files: bool = True, parse_extra: bool = True) -> None:
     """Every per-row problem, in row order: :func:`~curate.store.rowscan.suspect_rows` picks the
     rows that need the exact checks (all rows when ``deep``); the others only need their files
-    to be present, which directory listings answer (see :mod:`curate.store.rowscan`)."""
+    to be present, which directory listings answer (see :mod:`curate.store.rowscan`).
+    ``parse_extra=False``: this file's ``extra`` values are known to parse (only their shape is
+    checked)."""
     vocab = S.Vocabulary(out.label_space, out.backgrounds)
     n = table.num_rows
     if n == 0:
         return
-    suspect = np.ones(n, dtype=bool) if deep else rowscan.suspect_rows(table, usable, vocab)
+    if deep:
+        suspect = np.ones(n, dtype=bool)
+    elif parse_extra:
+        suspect = rowscan.suspect_rows(table, usable, vocab)
+    else:
+        suspect = rowscan.suspect_rows(table, usable, vocab, parse_extra=False)
     found: list[ValidationProblem] = []
     _check_suspect_rows(root, table, usable, out, np.flatnonzero(suspect), found, deep=deep)
     if not deep:
@@ -305,7 +339,7 @@ def _first_rows(column: pa.ChunkedArray, values: set[str]) -> dict[str, int]:
     """value -> the first row holding it, for the given (duplicated) values."""
     if not values:
         return {}
-    hits = np.flatnonzero(rowscan._np(pc.is_in(column, value_set=pa.array(sorted(values), type=pa.string()))))
+    hits = np.flatnonzero(rowscan.numpy_mask(pc.is_in(column, value_set=pa.array(sorted(values), type=pa.string()))))
     first: dict[str, int] = {}
     for row, value in zip(hits.tolist(), column.take(pa.array(hits)).to_pylist()):
         first.setdefault(value, row)
@@ -322,11 +356,11 @@ def _check_suspect_rows(root: Path, table: pa.Table, usable: set[str], out: Insp
     first_sha: dict[str, int] = {}
     if "sample_id" in usable:
         sids = table.column("sample_id")
-        nonempty = rowscan._np(pc.greater(pc.utf8_length(sids), 0))
+        nonempty = rowscan.numpy_mask(pc.greater(pc.utf8_length(sids), 0))
         first_id = _first_rows(sids, rowscan.duplicated_values(sids, nonempty))
     if "sha256" in usable:
         shas = table.column("sha256")
-        good = rowscan._np(pc.match_substring_regex(shas, rowscan.SHA_PATTERN))
+        good = rowscan.numpy_mask(pc.match_substring_regex(shas, rowscan.SHA_PATTERN))
         first_sha = _first_rows(shas, rowscan.duplicated_values(shas, good))
     subset = table.select(sorted(usable)).take(pa.array(rows))
     sub = {name: subset.column(name).to_pylist() for name in usable}
@@ -397,8 +431,8 @@ def _check_plain_files(root: Path, table: pa.Table, usable: set[str], keep: np.n
     folders = sorted(set(pc.unique(pc.utf8_slice_codeunits(paths, 0, 8)).to_pylist()))
     if not (cached_files and rowscan.files_unchanged(root, folders)):
         state = rowscan.folder_stamps_before_listing(root, folders)
-        present = rowscan.listed_files(root, folders)
-        missing = np.flatnonzero(~rowscan._np(pc.is_in(paths, value_set=pa.array(list(present), type=pa.string()))))
+        present = rowscan.listed_paths(root, folders)
+        missing = np.flatnonzero(~rowscan.numpy_mask(pc.is_in(paths, value_set=present)))
         for position in missing.tolist():
             add(position, "filepath", f"image file {paths[position].as_py()} is missing")
         if len(missing) == 0 and keep.all():
@@ -406,7 +440,7 @@ def _check_plain_files(root: Path, table: pa.Table, usable: set[str], keep: np.n
     if "mask_path" not in usable:
         return
     masks = picked.column("mask_path")
-    with_mask = np.flatnonzero(rowscan._np(pc.is_valid(masks)))
+    with_mask = np.flatnonzero(rowscan.numpy_mask(pc.is_valid(masks)))
     if len(with_mask) == 0:
         return
     mask_files = rowscan.listed_files(root, [MASKS_DIR])

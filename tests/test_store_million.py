@@ -1,0 +1,349 @@
+"""Collector-shaped rows at scale (issue 29, section 2), tested on small folders.
+
+At a million rows every ``extra`` is distinct (per-row provenance), so ``Dataset.open`` must not
+parse each one on every open. The mechanism tested here (docs/design.md#dataset-folder):
+
+- ``extra`` is parsed whole (arrow's JSON reader, ``json.loads`` only for a segment it refuses)
+  by the first open of a samples.parquet that curate has no record for, and by every
+  ``curate check``; the parse is exact (the same rows as ``json.loads`` on each value);
+- a parse that finds nothing wrong is recorded against the file's identity
+  (``.curate.extracheck.json``); curate's writers, which check every ``extra`` they write,
+  carry the record to the file they commit; an open whose file matches the record checks only
+  the shape of ``extra`` (``{...}``), parsing nothing;
+- any other write of samples.parquet gives a file the record does not name, so a hand-corrupted
+  ``extra`` is reported by the next open (and by ``curate check`` always);
+- exact after update, add and SIGKILL.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from store_helpers import (
+    TESTS_DIR,
+    color_for,
+    disk_state,
+    make_dataset,
+    rewrite_parquet,
+    set_cell,
+    solid_png,
+    toy_space,
+)
+
+from curate.store import Dataset, DatasetError, NewSample, check_dataset, rowscan
+from curate.store import schema as S
+from curate.store.validate import inspect_dataset
+
+
+def inat_extra(i: int) -> dict[str, Any]:
+    """An ``extra`` shaped like ``curate collect inat``'s (curate/collect/inat.py), unique per row."""
+    return {
+        "observation_id": 1_000 + i, "observation_url": f"https://www.inaturalist.org/observations/{1_000 + i}",
+        "photo_id": 5_000 + i, "observer": f"naturalist{i % 7}", "observer_id": i % 7,
+        "observer_name": f"Observer {i % 7}", "observed_on": "2023-05-01", "place": f"Reserve {i}, Somewhere",
+        "location": [round(i / 10, 1), -round(i / 10, 1)], "quality_grade": "research", "taxon_id": 40_000 + i % 3,
+        "taxon_name": "Genus species", "query_taxon_ids": [40_000 + i % 3], "photo_size": "medium",
+        "original_dimensions": [2048, 1536], "license_code": "CC-BY-NC", "inat_job": "job-1", "note": "é ✓ \u2028",
+    }
+
+
+def collector_dataset(root: Path, n: int = 12) -> Dataset:
+    ds = Dataset.create(root, name="collector", label_space=toy_space())
+    items = [NewSample(image=solid_png(color_for(2_000 + i)), class_index=i % 3, source="inat", source_id=str(5_000 + i),
+                       source_url=f"https://example.org/photos/{5_000 + i}/medium.jpg", license="cc-by-nc",
+                       attribution=f"(c) Observer {i % 7}", extra=inat_extra(i)) for i in range(n)]
+    assert len(ds.add_samples(items, actor="test").added) == n
+    return ds
+
+
+@pytest.fixture
+def parses(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many rows each whole parse of ``extra`` covered (one entry per parse)."""
+    calls: list[int] = []
+    real = rowscan.extra_not_objects
+
+    def counting(column: pa.ChunkedArray) -> np.ndarray:
+        calls.append(len(column))
+        return real(column)
+
+    monkeypatch.setattr(rowscan, "extra_not_objects", counting)
+    return calls
+
+
+@pytest.fixture
+def loads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every text ``json.loads`` was given (all callers)."""
+    seen: list[str] = []
+    real = json.loads
+
+    def counting(text: Any, *args: Any, **kwargs: Any) -> Any:
+        seen.append(text if isinstance(text, str) else repr(text))
+        return real(text, *args, **kwargs)
+
+    monkeypatch.setattr(json, "loads", counting)
+    return seen
+
+
+def extra_problems(root: Path) -> list[str]:
+    return [str(p) for p in check_dataset(root) if p.column == "extra"]
+
+
+# --------------------------------------------------------------------------- the schema
+def test_extra_is_not_dictionary_encoded() -> None:
+    assert "extra" not in S.LOW_CARDINALITY_COLUMNS
+    assert "extra" not in S.PARQUET_OPTIONS["use_dictionary"]
+
+
+def test_commits_write_extra_plain(tmp_path: Path) -> None:
+    ds = collector_dataset(tmp_path / "ds", n=4)
+    meta = pq.ParquetFile(ds.root / "samples.parquet").metadata
+    column = next(meta.row_group(0).column(i) for i in range(meta.num_columns)
+                  if meta.row_group(0).column(i).path_in_schema == "extra")
+    assert "RLE_DICTIONARY" not in column.encodings and "PLAIN_DICTIONARY" not in column.encodings
+
+
+# --------------------------------------------------------------------------- the parse is exact
+AWKWARD = [
+    '{"a": 1}', "{}", '{"a": {"b": [1, 2, {"c": null}]}}', '{"k": "x}{y"}', '{"a":\n1}', '{"a": NaN}',
+    '{"a": "\\ud800"}', '{"é": "✓"}', '{"a": 1e999}',
+    "", "{", "}", "[1]", "null", "1", '"{}"', "{}{}", '{"a": 1}\n{"b": 2}', '{"a": }', " {}", "{} ",
+    '{"a":"x}', '{y"}', '{"a": 1,}', "{'a': 1}", '{"a": "line\nbreak"}', '{"a": "tab\there"}',
+    '{"a": 1}\x00{"b": 2}', '{"a": "x\x00y"}', '{"a": 1}\r{"b": 2}', '{"a":\r1}',
+    "{" * 2_000 + "}" * 2_000, '{"a": ' + "[" * 2_000 + "]" * 2_000 + "}", None,
+]
+
+
+def by_json_loads(values: list[str | None]) -> list[bool]:
+    """The definition: json.loads refuses the value, or it is not an object."""
+    out = []
+    for text in values:
+        if text is None:
+            out.append(False)
+            continue
+        try:
+            out.append(not isinstance(json.loads(text), dict))
+        except (ValueError, RecursionError):
+            out.append(True)
+    return out
+
+
+@pytest.mark.parametrize("segment", [1, 3, 4, 1_000])
+def test_whole_parse_finds_exactly_what_json_loads_refuses(segment: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(rowscan, "EXTRA_SEGMENT_ROWS", segment)
+    rng = random.Random(segment)
+    values = [json.dumps(inat_extra(i), ensure_ascii=False) for i in range(40)] + AWKWARD
+    rng.shuffle(values)
+    for column in (pa.chunked_array([values], type=pa.string()),
+                   pa.chunked_array([values[:17], values[17:]], type=pa.string()),
+                   pa.chunked_array([values], type=pa.large_string())):
+        assert rowscan.extra_not_objects(column).tolist() == by_json_loads(values)
+    shape = rowscan.extra_shape_suspects(pa.chunked_array([values], type=pa.string()))
+    bad = np.array(by_json_loads(values))
+    assert all(bad[~shape] == rowscan.extra_not_objects(pa.chunked_array([values]))[~shape])
+    curate_written = [json.dumps(inat_extra(i), sort_keys=True, ensure_ascii=False) for i in range(5)] + ["{}"]
+    assert not rowscan.extra_shape_suspects(pa.chunked_array([curate_written])).any()
+
+
+def test_whole_parse_of_good_values_does_not_call_json_loads(loads: list[str]) -> None:
+    values = [json.dumps(inat_extra(i), ensure_ascii=False) for i in range(500)]
+    assert not rowscan.extra_not_objects(pa.chunked_array([values])).any()
+    assert loads == []  # arrow's reader read them all
+
+
+# --------------------------------------------------------------------------- open parses once
+def test_open_parses_extra_only_when_the_file_is_new_to_curate(tmp_path: Path, parses: list[int],
+                                                              loads: list[str]) -> None:
+    root = tmp_path / "ds"
+    collector_dataset(root, n=12)
+    parses.clear()
+    loads.clear()
+    Dataset.open(root)
+    Dataset.open(root)
+    assert parses == []  # create -> add carried the record: nothing to parse
+    assert not [text for text in loads if "observation_id" in text]
+    rewrite_parquet(root, lambda t: t)  # another tool rewrites the same rows
+    Dataset.open(root)
+    assert parses == [12]  # a file curate has no record of: parsed whole, once
+    Dataset.open(root)
+    assert parses == [12]
+    assert check_dataset(root) == []
+    assert parses == [12, 12]  # curate check parses every extra, whatever the record says
+
+
+def test_old_folder_opens_without_migration(tmp_path: Path, parses: list[int]) -> None:
+    """A folder written before issue 29: extra dictionary-encoded, no record beside it."""
+    root = tmp_path / "ds"
+    ds = collector_dataset(root, n=6)
+    before = ds.table()
+    (root / rowscan.EXTRA_CHECK_CACHE).unlink()
+    old_options = {"compression": "zstd", "use_dictionary": [*S.LOW_CARDINALITY_COLUMNS, "extra"]}
+    pq.write_table(before.replace_schema_metadata(S.SCHEMA.metadata), root / "samples.parquet", **old_options)
+    parses.clear()
+    again = Dataset.open(root)
+    assert again.table().equals(before)
+    assert parses == [6]
+    assert (root / rowscan.EXTRA_CHECK_CACHE).is_file()
+    Dataset.open(root)
+    assert parses == [6]
+
+
+# --------------------------------------------------------------------------- corruption is reported
+@pytest.mark.parametrize("bad", ['{"observer": }', '{"a": 1}{"b": 2}', '{"a": "cut', "[1, 2]", "", "not json"])
+def test_hand_corrupted_extra_is_reported_by_open_and_check(tmp_path: Path, bad: str) -> None:
+    root = tmp_path / "ds"
+    collector_dataset(root, n=8)
+    Dataset.open(root)  # the record exists and names the good file
+    rewrite_parquet(root, lambda t: set_cell(t, "extra", 5, bad))
+    with pytest.raises(DatasetError) as caught:
+        Dataset.open(root)
+    assert "row 5" in str(caught.value) and "extra" in str(caught.value)
+    assert [p.row for p in check_dataset(root) if p.column == "extra"] == [5]
+    with pytest.raises(DatasetError):  # still refused: a failed parse records nothing
+        Dataset.open(root)
+
+
+def test_same_size_rewrite_in_place_with_the_old_mtime_is_parsed(tmp_path: Path) -> None:
+    """The record names (inode, mtime, size) and a hash of the file's last 64 KiB (the footer):
+    a rewrite in place that keeps inode, mtime and, here, the size is still a different file."""
+    root = tmp_path / "ds"
+    collector_dataset(root, n=8)
+    Dataset.open(root)
+    path = root / "samples.parquet"
+    st = os.stat(path)
+    table = pq.read_table(path)
+    good = table.column("extra")[3].as_py()
+    bad = good.replace('"observer": ', '"observer"; ', 1)
+    assert len(bad) == len(good)
+    sink = pa.BufferOutputStream()
+    pq.write_table(set_cell(table, "extra", 3, bad), sink, **S.PARQUET_OPTIONS)
+    data = sink.getvalue().to_pybytes()
+    with open(path, "r+b") as handle:  # same inode
+        handle.write(data)
+        handle.truncate()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert os.stat(path).st_ino == st.st_ino and os.stat(path).st_mtime_ns == st.st_mtime_ns
+    with pytest.raises(DatasetError, match="row 3"):
+        Dataset.open(root)
+
+
+def test_a_record_is_only_written_for_the_file_that_was_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """samples.parquet replaced while open reads it: nothing is recorded (which file was read is
+    unknown), and the next open parses again."""
+    root = tmp_path / "ds"
+    collector_dataset(root, n=5)
+    (root / rowscan.EXTRA_CHECK_CACHE).unlink()
+    real = rowscan.samples_identity
+    calls = {"n": 0}
+
+    def moving(folder: Path) -> dict[str, Any] | None:
+        calls["n"] += 1
+        if calls["n"] == 2:  # the check after the read sees another file
+            rewrite_parquet(folder, lambda t: t)
+        return real(folder)
+
+    monkeypatch.setattr(rowscan, "samples_identity", moving)
+    inspect_dataset(root)
+    assert not (root / rowscan.EXTRA_CHECK_CACHE).exists()
+
+
+# --------------------------------------------------------------------------- writers carry the record
+def test_update_add_and_set_masks_carry_the_record_and_stay_exact(tmp_path: Path, parses: list[int]) -> None:
+    root = tmp_path / "ds"
+    ds = collector_dataset(root, n=10)
+    parses.clear()
+    ids = ds.sample_ids()
+    ds.update(ids[:3], {"extra": {"reviewed": True, "note": "ok"}}, actor="test")
+    ds.update(ids[3], {"extra": json.dumps({"text": "as JSON text"})}, actor="test")
+    ds.set_masks({ids[4]: np.ones((16, 16), np.uint8)}, extra_updates={ids[4]: {"mask_from": "test"}}, actor="test")
+    ds.add_samples([NewSample(image=solid_png(color_for(3_000 + i)), source="inat", extra=inat_extra(100 + i))
+                    for i in range(4)], actor="test", commit_every=2)
+    reopened = Dataset.open(root)
+    assert parses == []  # every commit carried the record
+    expected = {sid: ds.row(sid)["extra"] for sid in ds.sample_ids()}
+    assert {r["sample_id"]: r["extra"] for r in reopened.table().to_pylist()} == expected
+    assert json.loads(expected[ids[0]]) == {"note": "ok", "reviewed": True}
+    assert json.loads(expected[ids[4]])["mask_from"] == "test"
+    assert len(reopened) == 14
+    assert check_dataset(root) == []
+    # the record names the file on disk, and that file's extras all parse
+    assert rowscan.extras_unchanged(root, rowscan.samples_identity(root))
+
+
+def test_refused_update_changes_neither_rows_nor_record(tmp_path: Path, parses: list[int]) -> None:
+    root = tmp_path / "ds"
+    ds = collector_dataset(root, n=4)
+    record = (root / rowscan.EXTRA_CHECK_CACHE).read_bytes()
+    with pytest.raises(DatasetError):
+        ds.update(ds.sample_ids()[0], {"extra": "{not json"}, actor="test")
+    assert (root / rowscan.EXTRA_CHECK_CACHE).read_bytes() == record
+    Dataset.open(root)
+    assert parses == []
+
+
+def test_a_commit_on_top_of_an_unrecorded_file_records_nothing(tmp_path: Path, parses: list[int]) -> None:
+    """A writer only vouches for what it wrote: on top of a file nobody parsed it carries no
+    record, so a bad extra written by another tool is still found by the next open."""
+    root = tmp_path / "ds"
+    ds = collector_dataset(root, n=6)
+    rewrite_parquet(root, lambda t: set_cell(t, "extra", 2, '{"x": }'))
+    writer = Dataset.open(root, validate=False)
+    writer.update(writer.sample_ids()[0], {"status": "accepted"}, actor="test")
+    assert not rowscan.extras_unchanged(root, rowscan.samples_identity(root))
+    with pytest.raises(DatasetError, match="row 2"):
+        Dataset.open(root)
+    del ds
+
+
+# --------------------------------------------------------------------------- SIGKILL
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    repo = TESTS_DIR.parent
+    env["PYTHONPATH"] = os.pathsep.join([str(repo), str(TESTS_DIR), env.get("PYTHONPATH", "")])
+    return env
+
+
+def test_writer_killed_mid_write_never_leaves_a_lying_record(tmp_path: Path) -> None:
+    """SIGKILL tests/store_helpers.py's writer (adds, updates of every row's extra, masks) at
+    random moments: the folder opens and validates, and whenever the record names the file on
+    disk, a whole parse of that file's extra finds nothing (the record never vouches for a file
+    it was not written for)."""
+    root = tmp_path / "ds"
+    make_dataset(root, n=3)
+    journal = tmp_path / "journal.jsonl"
+    journal.write_text(json.dumps({"c": 0, "expect": disk_state(Dataset.open(root))}) + "\n"
+                       + json.dumps({"c": 0, "done": True}) + "\n")
+    rng = random.Random()
+    seed = rng.randrange(10**6)
+    rng.seed(seed)
+    for attempt in range(4):
+        proc = subprocess.Popen([sys.executable, str(TESTS_DIR / "store_helpers.py"), str(root), str(journal)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+        try:
+            assert proc.stdout.readline().strip() == "ready", proc.stderr.read()
+            time.sleep(rng.uniform(0.05, 0.4))
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            proc.stdout.close()
+            proc.stderr.close()
+        if rowscan.extras_unchanged(root, rowscan.samples_identity(root)):
+            table = pq.read_table(root / "samples.parquet")
+            assert not rowscan.extra_not_objects(table.column("extra")).any(), f"seed {seed}, attempt {attempt}"
+        ds = Dataset.open(root)  # validates
+        assert [p for p in check_dataset(root) if p.severity == "error"] == [], f"seed {seed}, attempt {attempt}"
+        assert rowscan.extras_unchanged(root, rowscan.samples_identity(root))  # recorded by the open at the latest
+        assert all(isinstance(json.loads(r["extra"]), dict) for r in ds.table().to_pylist())
