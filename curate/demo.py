@@ -82,6 +82,8 @@ class DemoResult:
     masks: str = ""  # the mask-proposal measurement table (curate propose-masks --measure)
     attribution: list[dict] = field(default_factory=list)  # the drop decomposed (curate attribution), per world x model
     attribution_report: Path | None = None
+    discovery: list[dict] = field(default_factory=list)  # per class of the planted world: removal vs whole-image baseline
+    discovery_null: str = ""  # what discovery proposed on the null world
 
 
 @dataclass
@@ -157,11 +159,14 @@ def run_demo(
             say(f"reusing {weights} (same world and training settings)")
         jobs.append(job)
 
+    jobs.append(_naming_job(workdir, settings, say))
     to_train = [job for job in jobs if not job["reuse"]]
     if to_train:
         _train_parallel(to_train, on_step, say)
     rows = []
     for job in jobs:
+        if "arrays" in job:  # the naming CLIP is no shortcut row
+            continue
         report = evaluate_shortcut(job["weights"], eval_ds)
         rows.append(DemoRow(job["label"], job["spec"].p, job["weights"], report, not job["reuse"], job["seconds"]))
     return rows
@@ -223,6 +228,7 @@ def run_full_demo(workdir: Path, settings: DemoSettings | None = None, **callbac
     _audit_assist(workdir, shortcut, say)
     result.masks = _mask_proposals(workdir, say)
     result.attribution, result.attribution_report = _interventions(workdir, shortcut, say)
+    result.discovery, result.discovery_null = _discovery(workdir, say)
     _report_and_publish(workdir, eval_ds, evaluations, result, say)
     return result
 
@@ -370,6 +376,34 @@ def _interventions(workdir: Path, shortcut: list[DemoRow], say) -> tuple[list[di
     return rows, report
 
 
+def _discovery(workdir: Path, say) -> tuple[list[dict], str]:
+    """Backgrounds nobody listed (docs/design.md#discover): a planted world whose ``road`` photos carry
+    no label and whose vocabulary lacks road, discovered with the naming CLIP (object removed) and
+    with the whole-image baseline; and a null world (every class on one background) that should
+    propose nothing. Nothing is accepted: that is a person's call."""
+    import shutil
+
+    from curate.discover.worlds import measure_recovery, null_world, planted_world
+    from curate.models import ModelSpec
+    from curate.stages.discover import DiscoverSettings, discover
+
+    base = workdir / "discover"
+    shutil.rmtree(base, ignore_errors=True)  # seconds to rebuild; never mixes two demo versions
+    naming = ModelSpec("auto", str(workdir / NAMING_WEIGHTS))
+    planted = planted_world(base / "planted-world")
+    found = discover(planted, naming, DiscoverSettings(), run_name="discover-demo")
+    whole = discover(planted, naming, DiscoverSettings(background_embedding="whole"), run_name="discover-whole")
+    rows = measure_recovery(planted, found)
+    for row, baseline in zip(rows, measure_recovery(planted, whole)):
+        row["ari_whole"], row["jaccard_whole"] = baseline["ari"], baseline["jaccard"]
+    null = discover(null_world(base / "null-world"), naming, DiscoverSettings(), run_name="discover-null")
+    null_text = (f"null world (every class on its own background only): {null.counts['significant']} of "
+                 f"{null.counts['groups']} groups significant at FDR {null.fdr:g}")
+    say(f"discover: {found.counts['significant']} of {found.counts['groups']} groups significant on the planted "
+        f"world ({found.counts.get('significant_new', 0)} on no listed background); {null_text}")
+    return rows, null_text
+
+
 def _decomposition_row(world: str, model: Any, truth: Any = None) -> dict:
     return {"world": world, "model": model.model, **{k: model.value(k) for k in
             ("drop", "background_part", "rest", "paste_cost", "bg_gap", "only_fg", "adversarial")},
@@ -443,6 +477,28 @@ def _train_one(images, labels, names, weights, config, meta, label, queue) -> fl
     return train_reference_clip(images, labels, names, weights, config, meta=meta, progress=progress).seconds
 
 
+NAMING_WEIGHTS = "models/naming.pt"
+
+
+def _naming_job(workdir: Path, settings: DemoSettings, say) -> dict:
+    """The tiny CLIP that embeds and names discovered backgrounds (:mod:`curate.discover.worlds`):
+    trained beside the two references on each image's class caption and background caption."""
+    from curate.discover.worlds import naming_arrays, naming_spec
+
+    spec = naming_spec(seed=settings.seed, image_size=settings.image_size)
+    config = TrainConfig(steps=settings.steps, batch_size=settings.batch_size, seed=settings.seed)
+    weights = workdir / NAMING_WEIGHTS
+    key = _config_key(spec, config)
+    job = {"label": "naming", "spec": spec, "weights": weights, "config": config, "key": key,
+           "reuse": _reusable(weights, key), "seconds": 0.0}
+    if job["reuse"]:
+        say(f"reusing {weights} (same world and training settings)")
+    else:
+        job["arrays"] = naming_arrays(spec)
+    job.setdefault("arrays", None)
+    return job
+
+
 def _train_parallel(jobs: list[dict], on_step, say) -> None:
     """Train the jobs' models at once, one process each, splitting the cores between them.
 
@@ -464,9 +520,13 @@ def _train_parallel(jobs: list[dict], on_step, say) -> None:
     with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
         futures = {}
         for job in jobs:
-            images, labels, _, names, _ = dataset_arrays(job["ds"])
+            if job.get("arrays") is not None:  # the naming CLIP: class and background captions
+                images, labels, names = job["arrays"]
+                meta = {"world": job["spec"].to_dict(), "config_key": job["key"], "captions": "class and background"}
+            else:
+                images, labels, _, names, _ = dataset_arrays(job["ds"])
+                meta = {"world": job["spec"].to_dict(), "config_key": job["key"], "dataset": str(job["folder"])}
             config = replace(job["config"], threads=threads)
-            meta = {"world": job["spec"].to_dict(), "config_key": job["key"], "dataset": str(job["folder"])}
             futures[pool.submit(_train_one, images, labels, names, job["weights"], config, meta, job["label"], events)] = job
         pending = set(futures)
         while pending:
@@ -480,6 +540,8 @@ def _train_parallel(jobs: list[dict], on_step, say) -> None:
                 pending.discard(future)
                 job = futures[future]
                 job["seconds"] = future.result()  # re-raises a worker's error here
+                if "ds" not in job:
+                    continue
                 job["ds"].record_provenance(
                     "train_reference", {"weights": str(job["weights"]), "steps": job["config"].steps,
                                         "seconds": round(job["seconds"], 1)})

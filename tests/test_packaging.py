@@ -30,7 +30,8 @@ REPO_DIR = Path(__file__).resolve().parents[1]
 SOURCE_ENTRIES = ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "curate", "datasets", "annotation")
 OVERRIDES = ("CURATE_DATA_DIR", "CURATE_ANNOTATION_DIR")
 SHIPPED = ("curate/_data/datasets/imagenet1k.tsv", "curate/_data/datasets/zoo.yaml",
-           "curate/_data/datasets/backgrounds.yaml", "curate/_data/annotation/labelstudio.xml",
+           "curate/_data/datasets/backgrounds.yaml", "curate/_data/datasets/phrases.txt",
+           "curate/_data/annotation/labelstudio.xml",
            "curate/_data/annotation/tags.yaml")
 
 

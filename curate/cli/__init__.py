@@ -38,11 +38,12 @@ logger = logging.getLogger("curate")
 #: Verb -> the modules of this package that define it and its subcommands (imported on first use).
 COMMANDS: dict[str, tuple[str, ...]] = {
     "audit": ("audit",), "check": ("dataset",), "collect": ("collect", "collect_sources", "webdataset"),
-    "compare": ("evaluate",), "create": ("dataset",), "demo": ("demo",), "evaluate": ("evaluate",),
+    "compare": ("evaluate",), "create": ("dataset",), "demo": ("demo",), "discover": ("discover",),
+    "groups": ("discover",), "accept-group": ("discover",), "reject-group": ("discover",), "evaluate": ("evaluate",),
     "attribution": ("interventions",), "explain": ("explain",), "export": ("split",), "fidelity": ("fidelity",),
     "info": ("dataset",), "intervene": ("interventions",),
     "label-backgrounds": ("split",), "models": ("models",), "propose-masks": ("masks",), "publish": ("publish",), "report": ("publish",),
-    "review": ("review",), "split": ("split",), "train-reference": ("models",), "vlm-explain": ("vlm",),
+    "review": ("review", "discover"), "split": ("split",), "train-reference": ("models",), "vlm-explain": ("vlm",),
     "vlm-quality": ("vlm",),
 }
 

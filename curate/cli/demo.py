@@ -108,6 +108,24 @@ def demo(workdir: Path, steps: int | None) -> None:
         out().print("  the split world's p=0.9 row is in-sample (that model chose easy and hard); exact B = the same "
                     "objects re-drawn by the world's generator on the easy background (nothing pasted)",
                     highlight=False)
+    if result.discovery:
+        disc = Table(title="backgrounds nobody listed: the planted world's road photos carry no label and road is not in "
+                           "its vocabulary; the group curate discover found for them (held out, 1 vs 1000, points)",
+                     title_justify="left")
+        for column in ("class", "road photos", "found as", "overlap", "names (top 3)", "'a road' rank", "gap", "q",
+                       "ARI", "ARI whole image"):
+            disc.add_column(column, justify="left" if column in ("class", "found as", "names (top 3)") else "right")
+        for r in result.discovery:
+            disc.add_row(r["class_name"], str(r["planted_photos"]), str(r["group"] or "-"), f"{r['jaccard']:.2f}",
+                         "; ".join(r["names"]), str(r["phrase_rank"] or "-"),
+                         pct(r["gap"] / 100, signed=True) + pct_ci([v / 100 for v in r["gap_ci"]]), f"{r['q']:.3f}",
+                         f"{r['ari']:.2f}", f"{r['ari_whole']:.2f}")
+        out().print(disc)
+        out().print("  overlap = Jaccard of the found group and the class's road photos; gap = accuracy on the rest of "
+                    "the class minus on the group (positive: harder on road); q = FDR-adjusted p over all groups; ARI = "
+                    "agreement of all of the class's groups with the drawn backgrounds (1 = identical, 0 = chance), with "
+                    f"the object removed and, as the baseline, from whole-image embeddings; {result.discovery_null}",
+                    highlight=False)
     out().print(f"runs: {shown(workdir / 'world-eval' / 'runs')}/"
                 + (f"  table and scatter: {shown(result.compare_dir / 'compare.md')}, compare.png"
                    if result.compare_dir else ""))

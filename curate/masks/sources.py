@@ -38,7 +38,7 @@ from typing import Any
 __all__ = [
     "EXACT_STATUSES", "HUMAN_STATUSES", "MODEL_PREFIX", "REJECTED_STATUS", "MASK_SCORE_KEY", "MASK_RUN_KEY",
     "SOURCES", "MaskCounts", "ProposalInfo", "mask_source", "model_status", "model_id_of", "is_trusted", "trusted_rows",
-    "mask_counts", "untrusted_masks_message", "row_extra", "proposal_score", "proposal_run", "proposal_of",
+    "mask_counts", "untrusted_masks_message", "usable_mask", "row_extra", "proposal_score", "proposal_run", "proposal_of",
 ]
 
 #: Statuses of masks drawn exactly (the synthetic generator, COCO's annotators, composites).
@@ -228,3 +228,21 @@ def untrusted_masks_message(root: Any, counts: MaskCounts, used_for: str) -> str
     return (f"{root}: the {counts.skipped_model} masks {used_for} would use were all made by a model "
             f"(mask_status = model:<id>, from curate propose-masks) and not checked by a person{rejected}; review "
             "them (curate review) or pass --allow-model-masks (allow_model_masks=True) to use them anyway")
+
+
+def usable_mask(ds: Any, row: Mapping[str, Any]) -> tuple[Any, str | None]:
+    """The row's binary object mask (a boolean ``H x W`` array), or None and the reason it cannot
+    be used: ``mask_unreadable: ...``, ``mask_missing``, ``mask_size`` (not the photo's recorded
+    size) or ``empty_mask``. Trust is a separate question (:func:`is_trusted`)."""
+    try:
+        mask = ds.load_mask(row)
+    except (OSError, ValueError) as error:
+        return None, f"mask_unreadable: {error}"
+    if mask is None:
+        return None, "mask_missing"
+    if mask.shape != (int(row["height"]), int(row["width"])):
+        return None, "mask_size"
+    binary = mask > 0
+    if not binary.any():
+        return None, "empty_mask"
+    return binary, None

@@ -715,3 +715,38 @@ def media_server(root: str | Path, *, port: int = 0, address: str = "127.0.0.1")
             log.debug("media server: " + format, *args)
 
     return ThreadingHTTPServer((address, port), functools.partial(Handler, directory=str(base)))
+
+
+# ---------------------------------------------------------------------------------------------
+# public helpers for other Label Studio front ends (curate.discover.review)
+# ---------------------------------------------------------------------------------------------
+
+
+def api_error(action: str, url: str, exc: Exception) -> ReviewError:
+    """A :class:`ReviewError` for a failed Label Studio call, with nothing that could carry the token."""
+    return _api_error(action, url, exc)
+
+
+def export_tasks(client: Any, url: str, project_id: int) -> list[dict[str, Any]]:
+    """Every task of a project with its annotations (Label Studio's JSON export)."""
+    return _export(client, url, project_id)
+
+
+def submitted_annotations(task: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """A task's submitted annotations (not cancelled or skipped), oldest first."""
+    return _annotations(task)
+
+
+def ensure_local_storage(client: Any, project_id: int, path: Path) -> None:
+    """Give a project a local-files storage of ``path`` (once; never synced) so ``/data/local-files`` serves it."""
+    _ensure_local_storage(client, project_id, path)
+
+
+def list_users(client: Any) -> dict[int, str]:
+    """User id -> email on the server (best effort: {} when the token may not list users)."""
+    return _users(client)
+
+
+def annotator_name(annotation: Mapping[str, Any], users: Mapping[int, str] | None = None) -> str:
+    """Who submitted an annotation (email, username or id), as the actor ``review.labelstudio:<who>``."""
+    return _annotator(annotation, users)

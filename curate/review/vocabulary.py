@@ -47,6 +47,9 @@ from curate.review.annotation import TAGS_FILE, annotation_file
 
 #: The audit's pre-tags (``suspect:<check>``, curate.audit): kept as is in the folder's tags column.
 SUSPECT_PREFIX = "suspect:"
+#: Tags of the discovered-group review (``discover:accept`` ...; :mod:`curate.discover.review`):
+#: read by ``curate discover`` pulls only, so the folder's pull and push pass over them.
+DISCOVER_PREFIX = "discover:"
 
 #: The units a tag can speak about (each decided independently).
 UNITS: tuple[str, ...] = ("background", "curation", "mask", "free")
@@ -228,7 +231,7 @@ class TagVocabulary:
         reading = TagReading()
         known_backgrounds = set(backgrounds)
         for tag in tags:
-            if not isinstance(tag, str):
+            if not isinstance(tag, str) or tag.startswith(DISCOVER_PREFIX):
                 continue
             unit = self.unit_of(tag)
             reading.tags[unit].append(tag)

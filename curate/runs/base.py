@@ -256,6 +256,7 @@ def _load_kinds() -> None:
     from curate.runs import (  # noqa: F401
         attribution,
         audit,
+        discovery,
         evaluation,
         explain,
         fidelity,

@@ -57,7 +57,7 @@ from curate.interventions.plan import (
     variant_rng,
 )
 from curate.licenses import RESTRICTED, normalize_license
-from curate.masks.sources import MaskCounts, mask_source, trusted_rows, untrusted_masks_message
+from curate.masks.sources import MaskCounts, mask_source, trusted_rows, untrusted_masks_message, usable_mask
 from curate.progress import Progress, report
 from curate.runs.base import CONFIG_FILE, RUNS_DIR, prepare_run_dir, read_config
 from curate.runs.interventions import InterventionRun, variants_table
@@ -189,27 +189,11 @@ def _cap(rows: list[dict[str, Any]], per_cell: int, seed: int) -> list[dict[str,
     return sorted((r for members in cells.values() for r in members[:per_cell]), key=lambda r: r["sample_id"])
 
 
-def _check_mask(ds: Any, row: dict[str, Any]) -> tuple[np.ndarray | None, str | None]:
-    """The row's binary mask, or None and the reason it cannot be used."""
-    try:
-        mask = ds.load_mask(row)
-    except (OSError, ValueError) as error:
-        return None, f"mask_unreadable: {error}"
-    if mask is None:
-        return None, "mask_missing"
-    if mask.shape != (int(row["height"]), int(row["width"])):
-        return None, "mask_size"
-    binary = mask > 0
-    if not binary.any():
-        return None, "empty_mask"
-    return binary, None
-
-
 def _load(ds: Any, row: dict[str, Any], margin_share: float) -> _Photo:
     """Decode a photo and make its hole and only-bg (raises OSError / ValueError when it cannot)."""
     with Image.open(ds.image_path(row)) as opened:
         image = np.asarray(opened.convert("RGB"))
-    mask, reason = _check_mask(ds, row)
+    mask, reason = usable_mask(ds, row)
     if mask is None:
         raise ValueError(reason)
     if mask.shape != image.shape[:2]:
@@ -343,7 +327,7 @@ def _sources(ds: Any, rows: list[dict[str, Any]], settings: InterveneSettings, s
     sources, ok = [], []
     margin_share = settings.hole_margin
     for row in rows:
-        mask, reason = _check_mask(ds, row)
+        mask, reason = usable_mask(ds, row)
         if mask is None:
             skipped[str(reason).split(":")[0]] += 1
             continue

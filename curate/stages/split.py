@@ -43,7 +43,7 @@ import numpy as np
 from curate.jsonio import json_safe
 from curate.models.spec import ModelSpec
 from curate.progress import Progress
-from curate.runs.base import RUNS_DIR, RunError, unique_run_name
+from curate.runs.base import RUNS_DIR, unique_run_name
 from curate.runs.base import run_name as default_run_name
 from curate.runs.evaluation import EvaluationRun
 from curate.runs.split import LabelSources, SplitClass, SplitReference, SplitRun
@@ -146,16 +146,6 @@ def _nothing_to_split(ds) -> str:
                    "in review (curate review fiftyone)")
 
 
-def _prediction_run(ds, name: str) -> EvaluationRun:
-    path = ds.root / RUNS_DIR / name
-    if not path.is_dir():
-        raise FileNotFoundError(f"{path} is not a finished evaluation run (no such run folder)")
-    try:
-        return EvaluationRun.load(path)
-    except RunError as error:
-        raise RunError(f"--predictions {name}: not a finished evaluation run ({error})") from None
-
-
 def _reference_runs(ds, models: Sequence[ModelSpec | Any], settings: SplitSettings, progress) -> list[EvaluationRun]:
     """Evaluate each reference (a spec or a loaded model) with the paper's setting."""
     from curate.stages.evaluate import EvalSettings, evaluate
@@ -234,7 +224,7 @@ def split(
             f"{sources.model} of the {sources.total} background labels the split would use were made by a model "
             "(background_source = model, from curate label-backgrounds) and not checked by a person; review them "
             "(curate review) or pass --allow-model-backgrounds (allow_model_backgrounds=True) to split on them anyway")
-    runs = [_prediction_run(ds, name) for name in settings.predictions]
+    runs = [EvaluationRun.finished(ds.root, name) for name in settings.predictions]
     label = "-".join([_label(s) for s in specs] + [r.model_label for r in runs])[:40] or "run"
     existed = bool(run_name) and (ds.root / RUNS_DIR / str(run_name)).exists()
     run_dir = claim_run_dir(ds.root, run_name, "split", label, overwrite=overwrite)

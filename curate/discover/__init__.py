@@ -1,0 +1,1 @@
+"""Discovering backgrounds nobody listed (curate discover; docs/design.md#discover)."""
