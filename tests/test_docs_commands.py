@@ -6,22 +6,45 @@ Two levels:
   and docs/*.md (continuations joined, comments dropped) names a verb that exists and only
   options that verb has; ``curate X --help`` works for it. This is the check for commands that
   need what CI has not (real checkpoints, the internet, a GPU, a running server).
-- **Offline blocks run.** A block fenced as ```bash offline runs for real, line by line, in
-  order, in a fresh folder with relative paths (as a user pastes it), each line in a fresh shell.
-  Sizes are shrunk so the run takes seconds, by the substitutions in :data:`TINY` (the only
-  difference from the text: world sizes and training steps); every other token is verbatim.
+- **Offline blocks run.** A block fenced as ```bash offline runs for real, line by line, each
+  line in a fresh shell. The offline blocks of one file run in order in one fresh folder with
+  relative paths and ``HOME`` set to it (as a user pastes them, block after block, from a new
+  directory), so a block may continue the one before it in its file. Sizes are shrunk so the run
+  takes seconds, by the substitutions in :data:`TINY` (the only difference from the text: world
+  sizes, training steps, image and sample counts); every other token is verbatim, which
+  :func:`test_tiny_substitutions_change_only_sizes` checks. Each line prints which of them it
+  applied (``pytest -s``), and a failure names them.
+
+Three kinds of lines are not run by the block's shell, and each says what it stands for:
+
+- :data:`SETUP`: the lines that make the shared tiny world, evaluation world and reference CLIP
+  (``world/``, ``eval/``, ``ref.pt``). The fixture :func:`prepared` runs them once, for real and
+  shrunk by :data:`TINY` like any other line; a block that prints one of them gets a copy of what
+  that line made (or changed), so each block reads as a user types it without training the same
+  model five times.
+- :data:`DEMO`: ``curate demo``, which writes ``demo-output/``; its stand-in is the demo's worlds and
+  weights that the slow suites share anyway (conftest's ``demo_dir``: ``curate.demo.run_demo``,
+  the part of the demo that later lines read: ``demo-output/models/*.pt``).
+- lines that are not ``curate`` commands (``python -c ...``, ``export ...``) are left out.
+
+:data:`LOCAL_FILES` are the user's own files that a block names (``~/photos/``, a
+``metadata.csv``): the test writes small ones before the file's blocks run.
 """
 from __future__ import annotations
 
+import csv
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import click
+import numpy as np
 import pytest
+from PIL import Image
 
 from curate.cli import load_all_commands, main
 
@@ -29,6 +52,7 @@ REPO = Path(__file__).resolve().parent.parent
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 FENCE = re.compile(r"^```(\w+)?([^\n]*)\n(.*?)^```", re.M | re.S)
 #: How an offline block is shrunk to a tiny world: (pattern, replacement) on each command line.
+#: Only sizes and steps change (:func:`test_tiny_substitutions_change_only_sizes`).
 TINY: tuple[tuple[str, str], ...] = (
     (r"^(curate collect synthetic world/ .*)--per-class \d+", r"\1--per-class 100"),
     (r"^(curate collect synthetic eval/ .*)--per-class \d+", r"\1--per-class 90"),  # 15 per background
@@ -37,6 +61,18 @@ TINY: tuple[tuple[str, str], ...] = (
     (r"--limit \d+", "--limit 8"),
     (r"--samples \d+", "--samples 2"),
 )
+#: The options whose values TINY may change or append (sizes and steps, nothing else).
+SIZE_OPTIONS = frozenset({"--per-class", "--steps", "--batch-size", "--limit", "--samples"})
+#: Setup lines (as extracted: comments dropped) -> the paths each makes or changes. The fixture
+#: :func:`prepared` runs them in this order, shrunk by TINY; a block that prints one gets a copy of
+#: those paths as they were right after it ran.
+SETUP: dict[str, tuple[str, ...]] = {
+    "curate collect synthetic world/ --classes 6 --p 0.9 --per-class 500 --seed 0": ("world",),
+    "curate collect synthetic eval/ --classes 6 --uncorrelated --per-class 200 --seed 1000": ("eval",),
+    "curate train-reference world/ --out ref.pt --eval eval/": ("world", "eval", "ref.pt"),  # provenance, eval cache
+}
+#: ``curate demo`` -> its stand-in: conftest's ``demo_dir`` weights copied to ``demo-output/models/``.
+DEMO = "curate demo"
 
 
 def _blocks(path: Path) -> list[tuple[str, str]]:
@@ -50,14 +86,20 @@ def _lines(body: str) -> list[str]:
     out = []
     for line in joined.splitlines():
         line = line.strip()
-        if not line.startswith("curate "):
+        if line != "curate" and not line.startswith("curate "):
             continue
         try:
             tokens = shlex.split(line, comments=True)
         except ValueError as error:  # an unbalanced quote in the docs
             raise AssertionError(f"cannot parse {line!r}: {error}") from None
-        out.append(shlex.join(tokens))
+        out.append(_join(tokens))
     return out
+
+
+def _join(tokens: list[str]) -> str:
+    """The tokens as one shell line, quoted where needed, a leading ``~/`` left to the shell as typed."""
+    return " ".join(token if token.startswith("~/") and shlex.quote(token[2:]) == token[2:] else shlex.quote(token)
+                    for token in tokens)
 
 
 def _documented() -> list[tuple[str, str]]:
@@ -103,23 +145,172 @@ def test_every_documented_command_names_a_verb_and_its_options(where: str, line:
             assert option in known, f"{where}: `{line}`: {command.name} has no option {option}"
 
 
-def _offline_blocks() -> list[tuple[str, list[str]]]:
-    return [(path.name, _lines(body)) for path in DOCS for info, body in _blocks(path) if "offline" in info.split()]
+def _offline_files() -> list[tuple[str, list[list[str]]]]:
+    """(file name, the command lines of each of its offline blocks, in order) for every file with one."""
+    out = []
+    for path in DOCS:
+        blocks = [_lines(body) for info, body in _blocks(path) if "offline" in info.split()]
+        if blocks:
+            out.append((path.name, blocks))
+    return out
 
 
-def test_there_is_an_offline_block():
-    assert _offline_blocks(), "README's tour is fenced ```bash offline"
+OFFLINE = _offline_files()
 
 
-@pytest.mark.parametrize(("where", "lines"), _offline_blocks(), ids=lambda v: v if isinstance(v, str) else "")
-def test_offline_blocks_run_as_written_on_a_tiny_world(where: str, lines: list[str], tmp_path: Path):
-    """Each line in a fresh shell, relative paths, in order; sizes shrunk by TINY only."""
-    env = {**os.environ, "HOME": str(tmp_path), "COLUMNS": "200"}
+def _tiny(line: str) -> tuple[str, list[str]]:
+    """The line shrunk by TINY, and each substitution applied, as ``old -> new``."""
+    applied = []
+    for pattern, replacement in TINY:
+        new = re.sub(pattern, replacement, line)
+        if new != line:
+            applied.append(_diff(line, new))
+        line = new
+    return line, applied
+
+
+def _diff(old: str, new: str) -> str:
+    """The tokens TINY changed, e.g. ``--per-class 500 -> 100`` or ``+ --steps 40``."""
+    a, b = shlex.split(old), shlex.split(new)
+    changed = [f"{a[i - 1]} {a[i]} -> {b[i]}" for i in range(min(len(a), len(b))) if a[i] != b[i]]
+    added = [" ".join(b[len(a):])] if len(b) > len(a) else []
+    return "; ".join([*changed, *(f"+ {extra}" for extra in added)])
+
+
+def test_there_are_offline_blocks():
+    names = {name for name, _ in OFFLINE}
+    assert {"README.md", "cli.md"} <= names, names  # the tour and the CLI reference run for real
+    assert sum(len(blocks) for _, blocks in OFFLINE) >= 8
+
+
+def test_tiny_substitutions_change_only_sizes():
+    """TINY changes option values of sizes and steps (or appends such options), no other token."""
+    seen = 0
+    for where, blocks in OFFLINE:
+        for line in (line for block in blocks for line in block):
+            shrunk, applied = _tiny(line)
+            a, b = shlex.split(line), shlex.split(shrunk)
+            assert b[:len(a)] == a or len(a) == len(b), f"{where}: `{line}` -> `{shrunk}`"
+            for i in range(min(len(a), len(b))):
+                if a[i] != b[i]:
+                    assert a[i - 1] in SIZE_OPTIONS and a[i].isdigit() and b[i].isdigit(), (where, a[i - 1], a[i], b[i])
+            extra = b[len(a):]
+            assert all(extra[k] in SIZE_OPTIONS and extra[k + 1].isdigit() for k in range(0, len(extra), 2)), extra
+            seen += bool(applied)
+    assert seen >= 5  # the patterns match the docs' lines (else the blocks would run at full size)
+
+
+def test_setup_lines_are_in_the_docs_as_written():
+    """Each stand-in replaces a line the docs print verbatim (else it would stand in for nothing)."""
+    offline = {line for _, blocks in OFFLINE for block in blocks for line in block}
+    assert set(SETUP) <= offline, set(SETUP) - offline
+    assert DEMO in offline
+
+
+def _run(line: str, cwd: Path, where: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HOME": str(cwd), "COLUMNS": "200"}
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # the venv's `curate`
-    for line in lines:
-        for pattern, replacement in TINY:
-            line = re.sub(pattern, replacement, line)
-        done = subprocess.run(["bash", "-c", line], cwd=tmp_path, env=env, capture_output=True, text=True,
-                              timeout=600)
-        assert done.returncode == 0, f"{where}: `{line}` exited {done.returncode}:\n{done.stdout[-2000:]}\n" \
-                                     f"{done.stderr[-3000:]}"
+    shrunk, applied = _tiny(line)
+    print(f"$ {shrunk}" + (f"    [tiny: {'; '.join(applied)}]" if applied else ""))
+    done = subprocess.run(["bash", "-c", shrunk], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, (f"{where}: `{shrunk}` (tiny: {applied or 'none'}) exited {done.returncode}:\n"
+                                  f"{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
+    return done
+
+
+def _replace(src: Path, dst: Path) -> None:
+    if dst.is_dir():
+        shutil.rmtree(dst)
+    elif dst.exists():
+        dst.unlink()
+    if src.is_dir():
+        shutil.copytree(src, dst)
+    else:
+        shutil.copy2(src, dst)
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory) -> dict[str, Path]:
+    """Each SETUP line run once, in order, in one folder (shrunk by TINY); a snapshot of what it made."""
+    work = tmp_path_factory.mktemp("docs-setup")
+    snapshots = {}
+    for i, (line, paths) in enumerate(SETUP.items()):
+        _run(line, work, "SETUP")
+        snap = tmp_path_factory.mktemp(f"docs-setup-{i}")
+        for name in paths:
+            _replace(work / name, snap / name)
+        snapshots[line] = snap
+    return snapshots
+
+
+def _write_local_files(home: Path) -> None:
+    """The user's own files that docs/recipes.md's local-folder block names: ``~/photos/`` (an
+    ImageFolder, class folders by name, index and WordNet id), ``~/CounterAnimal/`` (the released
+    layout, ``<class>/easy-<bg>/`` and ``hard-<bg>/``) and its licences, ``metadata.csv``."""
+    rng = np.random.default_rng(0)
+
+    def image(path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(path)
+
+    for folder in ("ostrich", "10", "n01531178"):  # by name; brambling by index; goldfinch by WordNet id
+        for k in range(2):
+            image(home / "photos" / folder / f"{folder}-{k}.png")
+    rows = []
+    for cls, group in (("ostrich", "easy-sand"), ("ostrich", "hard-grass"), ("brambling", "easy-grass"),
+                       ("brambling", "hard-snow")):
+        for k in range(2):
+            rel = f"{cls}/{group}/{k}.png"
+            image(home / "CounterAnimal" / rel)
+            rows.append({"path": rel, "license": "cc-by", "attribution": f"photographer {k}"})
+    with open(home / "metadata.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=["path", "license", "attribution"])
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+#: Files whose blocks name the user's own files: the test writes small ones first.
+LOCAL_FILES = {"recipes.md": _write_local_files}
+#: What a file's blocks say they write (globs under the folder; each must match), so a command
+#: that exits 0 having done nothing still fails.
+WRITES: dict[str, tuple[str, ...]] = {
+    "README.md": ("eval/runs/split-*/split.csv", "eval/runs/compare/compare.md", "eval/runs/fidelity-*/ranking.csv",
+                  "eval/runs/report/report.md", "eval/runs/report/report.html"),
+    "cli.md": ("mydata/dataset.yaml", "eval/runs/split-*/split.csv", "CounterAnimal/metadata.csv",
+               "CounterAnimal/*/easy-*/*", "CounterAnimal/*/hard-*/*", "eval/runs/eval-*/metrics.json",
+               "eval/runs/compare/compare.md", "world/runs/explain-*/summary.json",
+               "world/runs/fidelity-*/ranking.csv"),
+    "recipes.md": ("mydata/samples.parquet", "counteranimal/samples.parquet"),
+    "curation-assists.md": ("world-audit/runs/audit-*/audit.json", "W/samples.parquet", "W2/samples.parquet"),
+}
+
+
+@pytest.mark.parametrize(("where", "blocks"), OFFLINE, ids=[name for name, _ in OFFLINE])
+def test_offline_blocks_run_as_written_on_a_tiny_world(where: str, blocks: list[list[str]], tmp_path: Path, request):
+    """The file's offline blocks in order, in one fresh folder; each line in a fresh shell, relative
+    paths; sizes shrunk by TINY only; SETUP and DEMO lines by their stand-ins (module docstring)."""
+    if where in LOCAL_FILES:
+        LOCAL_FILES[where](tmp_path)
+    for b, block in enumerate(blocks, start=1):
+        for line in block:
+            if line in SETUP:
+                prepared = request.getfixturevalue("prepared")  # made once, at the first block that needs it
+                print(f"$ {line}    [stand-in: {', '.join(SETUP[line])} from the fixture, run as {_tiny(line)[0]!r}]")
+                for name in SETUP[line]:
+                    _replace(prepared[line] / name, tmp_path / name)
+            elif line == DEMO:
+                demo = request.getfixturevalue("demo_dir")
+                print(f"$ {line}    [stand-in: {demo}/models/*.pt -> demo-output/models/]")
+                (tmp_path / "demo-output").mkdir(exist_ok=True)
+                _replace(demo / "models", tmp_path / "demo-output" / "models")
+            else:
+                _run(line, tmp_path, f"{where}, offline block {b}")
+    missing = [pattern for pattern in WRITES.get(where, ()) if not any(tmp_path.glob(pattern))]
+    assert not missing, f"{where}: its blocks ran but wrote none of {missing}"
+    if where == "recipes.md":  # every local file imported, groups and licences from the layout and the CSV
+        from curate import Dataset
+        mine, released = Dataset.open(tmp_path / "mydata"), Dataset.open(tmp_path / "counteranimal")
+        assert len(mine) == 6 and set(mine.table().column("license").to_pylist()) == {"cc-by"}
+        rows = released.table().to_pylist()
+        assert len(rows) == 8 and {r["group"] for r in rows} == {"easy", "hard"}
+        assert {r["attribution"] for r in rows} == {"photographer 0", "photographer 1"}
