@@ -503,7 +503,8 @@ def _train_parallel(jobs: list[dict], on_step, say) -> None:
     """Train the jobs' models at once, one process each, splitting the cores between them.
 
     Two tiny CLIPs on one thread each finish in about the time of one on two threads (the
-    convolutions of a 48 px batch do not scale past one core), which halves the demo's time.
+    convolutions of a 48 px batch do not scale past one core), which halves the demo's time. The
+    third (the naming CLIP, :func:`_naming_job`) shares the two cores with them.
     """
     import multiprocessing as mp
     import os
@@ -511,8 +512,11 @@ def _train_parallel(jobs: list[dict], on_step, say) -> None:
     from concurrent.futures import ProcessPoolExecutor
 
     cores = os.cpu_count() or 1
-    workers = max(1, min(len(jobs), cores))
-    threads = max(1, cores // workers)
+    # threads per model from the models that fit the cores at once (two on two cores: one thread
+    # each, as the references were always trained); one more model than cores starts at once too,
+    # the three sharing the cores, which finishes sooner than a third model trained after the two
+    threads = max(1, cores // max(1, min(len(jobs), cores)))
+    workers = max(1, min(len(jobs), cores + 1))
     context = mp.get_context("spawn")
     manager = context.Manager()
     events = manager.Queue()
