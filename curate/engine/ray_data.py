@@ -1,27 +1,38 @@
 """The Ray Data engine: the same batches as the local engine, on a cluster.
 
-Pipeline (all Ray Data operators; no scheduler, queue or RPC of ours):
+Pipeline (Ray Data operators; no scheduler, queue or RPC of ours):
 
-1. ``ray.data.read_parquet`` reads ``sample_id`` and ``filepath`` from the dataset's samples
-   files; a map keeps the ids to encode and tags each with its batch number and position
-   (batch ``b`` = ids ``b * batch_size .. (b + 1) * batch_size - 1`` in the order given, as in
-   every engine, :mod:`curate.engine.base`);
-2. the driver gathers those small rows (a few strings per sample, never pixels) into one
-   manifest per batch (ids and paths in order), and ``ray.data.from_items`` feeds them on (a
-   Ray Data ``groupby`` would do the same with an all-to-all shuffle whose aggregator actors
-   deadlock against the model actors on a 2-CPU machine);
-3. CPU tasks decode and preprocess a batch's images (``map_batches``, one manifest per call);
-4. an actor pool runs the model: ``workers`` actors, one model load each
-   (:class:`curate.engine.base.ModelFactory`), ``num_gpus=gpus_per_worker`` when GPUs are
-   asked for; a batch that runs out of memory is halved (:func:`curate.engine.base.encode_batch`);
-   an actor that dies is restarted by Ray and its batch retried;
-5. the driver iterates the results and the caller writes them into the feature cache as
+1. the driver reads ``sample_id`` and ``filepath`` of the dataset's samples files (pyarrow, two
+   string columns), keeps the ids to encode and gathers them into one manifest per batch (ids
+   and paths in order; batch ``b`` = ids ``b * batch_size .. (b + 1) * batch_size - 1`` in the
+   order given, as in every engine, :mod:`curate.engine.base`), and ``ray.data.from_items``
+   feeds them on (never pixels; a Ray Data ``read_parquet`` here started ``FooterReader``
+   actors whose loss with a node ended the run, and a ``groupby`` shuffled with aggregator
+   actors that deadlocked against the model actors on a 2-CPU machine);
+2. CPU tasks decode and preprocess a batch's images (``map_batches``, one manifest per call,
+   :data:`DECODE_CPUS` each);
+3. an actor pool runs the model: ``workers`` actors placed with Ray's ``SPREAD`` strategy, one
+   model load each (:class:`curate.engine.base.ModelFactory`), ``num_gpus=gpus_per_worker``
+   when GPUs are asked for, CPUs per actor from each node's resources (:func:`actor_cpus`); a
+   batch that runs out of memory is halved (:func:`curate.engine.base.encode_batch`);
+4. the driver iterates the results and the caller writes them into the feature cache as
    shards (:func:`curate.features.compute_features`): the same cache and run folders as the
    local engine. The dataset folder must be on storage every node can read (NFS, a shared
    volume): workers open the images by path.
 
+**A lost node or actor.** Actors are not restarted by Ray inside a run (``max_restarts=0``: a
+restarted actor on a small surviving node can take the CPUs its own decode tasks need, and
+the run stalls). Instead, when the run fails with a node or actor loss (``ActorDiedError``,
+``NodeDiedError``, ``ObjectLostError``, ...; :func:`is_node_or_actor_loss`), the engine plans
+the actors again for the nodes still alive and runs a new pipeline over the batches not yet
+returned, up to ``retries`` times: batches already returned are never encoded again; those in
+flight on the lost node are encoded once more, their first results never having arrived.
+When no retry is left, :class:`RayNodeLostError` names the lost nodes and what to do; what the
+caller has already received is kept (the feature cache's shards), so the next run encodes only
+the rest.
+
 A :class:`curate.engine.base.BatchJob` (the explain stage's saliency maps) takes the same
-route from step 2: one manifest per batch (its items, pickled), a CPU task per batch running
+route from step 1: one manifest per batch (its items, pickled), a CPU task per batch running
 ``job.decode``, an actor pool whose actors each build ``job.worker(device)`` once (one model
 load) and run the batches; the driver yields the results in batch order (Ray Data does not
 promise order; results that arrive early wait in a dict until their turn).
@@ -29,9 +40,12 @@ promise order; results that arrive early wait in a dict until their turn).
 from __future__ import annotations
 
 import logging
-import os
+import math
 import pickle
-from collections.abc import Iterator, Sequence
+import time
+import warnings
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +55,23 @@ from curate.engine.base import BatchJob, BatchOutput, EncodeJob, batches_of
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["RayEngine", "samples_files"]
+__all__ = ["DECODE_CPUS", "RayEngine", "RayNodeLostError", "actor_cpus", "is_node_or_actor_loss", "samples_files"]
+
+#: CPUs each decode task asks for; :func:`actor_cpus` leaves this much free on every node that holds an actor
+DECODE_CPUS = 0.5
+#: the least a node must have to be planned for actors (a smaller one still decodes)
+MIN_NODE_CPUS = 2 * DECODE_CPUS
+#: seconds to wait, after a loss, for Ray's control store to mark the node dead
+NODE_DEATH_WAIT_S = 30.0
+#: seconds a retry waits for the CPUs of the last pipeline's actors and tasks to be released
+RELEASE_WAIT_S = 30.0
+#: seconds the actor pool waits for all its actors (model loaded) before the first batch; then
+#: a clear error (the cluster cannot place them) instead of a run that waits forever
+ACTOR_START_TIMEOUT_S = 600
+
+
+class RayNodeLostError(RuntimeError):
+    """A Ray node or actor was lost and the engine could not finish the run on the nodes left."""
 
 
 def samples_files(dataset: Any) -> list[Path]:
@@ -52,26 +82,188 @@ def samples_files(dataset: Any) -> list[Path]:
     return [Path(dataset.root) / "samples.parquet"]
 
 
-def _select(batch: Any, *, wanted: dict[str, int], batch_size: int) -> Any:
-    """Keep the rows to encode, with their batch number and position (a pyarrow batch)."""
+def actor_cpus(node_cpus: Sequence[float], workers: int, decode_cpus: float = DECODE_CPUS) -> float:
+    """CPUs per model actor for nodes of ``node_cpus`` CPUs (the alive nodes' ``CPU`` in ``ray.nodes()``).
+
+    The formula: of the nodes with at least ``2 * decode_cpus`` CPUs (the ``n`` eligible nodes),
+    Ray's ``SPREAD`` strategy puts at most ``k = ceil(workers / n)`` actors on each, so
+
+        ``cpus = min over eligible nodes i of (c_i - decode_cpus) / k``
+
+    and every node that holds actors keeps at least ``decode_cpus`` free for the decode tasks
+    (with 1 CPU per node and 2 workers: 0.5 per actor, 0.5 left for decoding on each node; with
+    1 + 3 CPUs and 2 workers: 0.5; one node of 2 CPUs and 2 workers: 0.75). The old formula,
+    ``(cluster CPUs - decode_cpus) / workers``, treated the cluster as one pool: 0.75 per actor
+    on two 1-CPU nodes left 0.25 on each, and the 0.5-CPU decode tasks never ran. Without an
+    eligible node (every node under ``2 * decode_cpus``): the largest node, same formula with
+    ``k = workers``; never below 0.01.
+    """
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    cpus = [float(c) for c in node_cpus if c and c > 0]
+    if not cpus:
+        return 0.01
+    eligible = [c for c in cpus if c >= 2 * decode_cpus]
+    if not eligible:
+        return max(0.01, (max(cpus) - decode_cpus) / workers)
+    per_node = math.ceil(workers / len(eligible))
+    return max(0.01, min((c - decode_cpus) / per_node for c in eligible))
+
+
+_LOSS_ERRORS = ("ActorDiedError", "ActorUnavailableError", "NodeDiedError", "ObjectLostError", "OwnerDiedError",
+                "WorkerCrashedError", "LocalRayletDiedError", "ObjectReconstructionFailedError")
+
+
+def is_node_or_actor_loss(error: BaseException) -> bool:
+    """Whether ``error`` (or what it wraps: its cause, context, a ``RayTaskError``'s cause) is a
+    lost node, actor, worker or object (:data:`_LOSS_ERRORS`), after which the batches not yet
+    returned can run again on the nodes left."""
+    seen: set[int] = set()
+    stack: list[Any] = [error]
+    while stack:
+        e = stack.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if any(cls.__name__ in _LOSS_ERRORS for cls in type(e).__mro__):
+            return True
+        stack.extend([getattr(e, "cause", None), e.__cause__, e.__context__])
+    return False
+
+
+def _alive_nodes() -> dict[str, dict[str, Any]]:
+    """The alive nodes: id -> ``{"ip": address, "cpus": CPU resource}`` (``ray.nodes()``)."""
+    import ray
+
+    return {n["NodeID"]: {"ip": n.get("NodeManagerAddress", "?"), "cpus": float(n.get("Resources", {}).get("CPU", 0))}
+            for n in ray.nodes() if n.get("Alive")}
+
+
+def _lost_since(before: dict[str, dict[str, Any]], wait_s: float) -> dict[str, dict[str, Any]]:
+    """Nodes of ``before`` no longer alive, polling up to ``wait_s`` for Ray to notice one."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        alive = _alive_nodes()
+        lost = {k: v for k, v in before.items() if k not in alive}
+        if lost or time.monotonic() >= deadline:
+            return lost
+        time.sleep(0.5)
+
+
+def _points_at_node(error: BaseException) -> bool:
+    """Whether a loss error looks like a lost node (an unreachable actor, a message naming a node)."""
+    text = f"{type(error).__name__} {error}".lower()
+    return any(w in text for w in ("unavailable", "unreachable", "node has died", "node was terminated",
+                                   "nodedied", "raylet"))
+
+
+def _wait_for_cpus(cpus: float, wait_s: float) -> None:
+    """Wait up to ``wait_s`` until the cluster has ``cpus`` CPUs free (``ray.available_resources``)."""
+    import ray
+
+    deadline = time.monotonic() + wait_s
+    while float(ray.available_resources().get("CPU", 0.0)) < cpus - 1e-6 and time.monotonic() < deadline:
+        time.sleep(0.25)
+
+
+def _node_names(nodes: dict[str, dict[str, Any]]) -> str:
+    return ", ".join(f"{k[:12]} ({v['ip']}, {v['cpus']:g} CPU)" for k, v in nodes.items()) or "none seen dead yet"
+
+
+def _quiet(build: Callable[..., Any]) -> Callable[..., Any]:
+    """``build`` without Ray Data's deprecation warning for ``ray_remote_args`` (``max_restarts``
+    has no named parameter in Ray 2.60; curate pins Ray)."""
+    def quiet(*args: Any) -> Any:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*ray_remote_args.*deprecated")
+            return build(*args)
+    return quiet
+
+
+class _Registry:
+    """A tiny actor (no CPU, on the head node) where each model actor leaves its own handle,
+    so that the driver can kill a failed pipeline's actors before the retry: Ray Data frees them
+    by dropping its handles, which a failed execution keeps until the driver exits, and their
+    CPUs would starve the retry on a small node."""
+
+    def __init__(self) -> None:
+        self.actors: list[Any] = []
+
+    def add(self, handles: list[Any]) -> None:
+        self.actors.extend(handles)
+
+    def take(self) -> list[Any]:
+        actors, self.actors = self.actors, []
+        return actors
+
+
+def _start_registry() -> Any:
+    """A :class:`_Registry` actor pinned to the head node (whose loss ends the cluster anyway),
+    else (softly) to the driver's node."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    heads = [n["NodeID"] for n in ray.nodes() if n.get("Alive") and "node:__internal_head__" in n.get("Resources", {})]
+    strategy = NodeAffinitySchedulingStrategy(node_id=heads[0] if heads else _node_id(), soft=not heads)
+    return ray.remote(num_cpus=0, scheduling_strategy=strategy)(_Registry).remote()
+
+
+def _register(registry: Any) -> None:
+    """Leave this actor's handle in ``registry`` (None: nothing to do)."""
+    if registry is not None:
+        import ray
+
+        ray.get(registry.add.remote([ray.get_runtime_context().current_actor]))
+
+
+def _kill_registered(registry: Any) -> int:
+    """Kill the actors left in ``registry`` (None: none); their number."""
+    import ray
+
+    if registry is None:
+        return 0
+    try:
+        actors = ray.get(registry.take.remote(), timeout=30)
+    except Exception as error:  # noqa: BLE001 - a retry without the kill may still run on larger nodes
+        logger.warning("could not list the failed pipeline's actors: %s", error)
+        return 0
+    for actor in actors:
+        try:
+            ray.kill(actor, no_restart=True)
+        except Exception:  # noqa: BLE001, S112 - already dead with its node
+            continue
+    return len(actors)
+
+
+def _node_id() -> str:
+    """The id of the Ray node this code runs on."""
+    import ray
+
+    return ray.get_runtime_context().get_node_id()
+
+
+def _select(table: Any, *, wanted: dict[str, int], batch_size: int) -> Any:
+    """Keep the rows to encode, with their batch number and position (a pyarrow table)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    mask = pc.is_in(batch["sample_id"], value_set=pa.array(list(wanted), pa.string()))
-    kept = batch.filter(mask)
+    mask = pc.is_in(table["sample_id"], value_set=pa.array(list(wanted), pa.string()))
+    kept = table.filter(mask)
     positions = [wanted[s] for s in kept["sample_id"].to_pylist()]
     return pa.table({"sample_id": kept["sample_id"], "filepath": kept["filepath"],
                      "position": pa.array(positions, pa.int64()),
                      "batch": pa.array([p // batch_size for p in positions], pa.int64())})
 
 
-def _manifests(refs: list[Any]) -> list[dict[str, Any]]:
-    """One manifest per batch (its ids and file paths in order) from the selected rows: a few
-    strings per sample, gathered on the driver (never pixels)."""
+def _manifests(files: Sequence[Path], *, wanted: dict[str, int], batch_size: int) -> list[dict[str, Any]]:
+    """One manifest per batch (its ids and file paths in order), read on the driver: two string
+    columns of the samples files (never pixels)."""
     import pyarrow as pa
-    import ray
+    import pyarrow.parquet as pq
 
-    tables = [t for t in ray.get(refs) if t.num_rows]
+    tables = [_select(pq.read_table(str(f), columns=["sample_id", "filepath"]), wanted=wanted,
+                      batch_size=batch_size) for f in files]
+    tables = [t for t in tables if t.num_rows]
     if not tables:
         return []
     table = pa.concat_tables(tables).sort_by("position")
@@ -112,15 +304,17 @@ def _objects(items: list[Any]) -> np.ndarray:
 
 
 class _Encode:
-    """Actor: one model load, then one batch per call."""
+    """Actor: one model load, then one batch per call (its results tagged with this node's id)."""
 
-    def __init__(self, factory: Any, kind: str, threads: int, output: Any = None) -> None:
+    def __init__(self, factory: Any, kind: str, threads: int, output: Any = None, registry: Any = None) -> None:
         import torch
 
+        _register(registry)
         torch.set_num_threads(max(1, threads))
         self.model = factory()
         self.kind = kind
         self.output = output
+        self.node = _node_id()
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         from curate.engine.base import encode_batch
@@ -130,7 +324,8 @@ class _Encode:
             out = encode_batch(self.model, self.kind, [str(s) for s in ids], np.asarray(pixels, np.float32),
                                [str(e) for e in errors], self.output)
             outs.append(out)
-        return {"ids": _objects([np.array(o.sample_ids, dtype=object) for o in outs]),
+        return {"batch": batch["batch"], "node": np.array([self.node] * len(outs), dtype=object),
+                "ids": _objects([np.array(o.sample_ids, dtype=object) for o in outs]),
                 "values": _objects([o.values for o in outs]),
                 "failed_ids": _objects([np.array(list(o.failed), dtype=object) for o in outs]),
                 "failed_reasons": _objects([np.array(list(o.failed.values()), dtype=object) for o in outs])}
@@ -147,16 +342,19 @@ def _decode_job(batch: dict[str, np.ndarray], *, decode: Any) -> dict[str, np.nd
 class _RunJob:
     """Actor of a :class:`BatchJob`: ``worker(device)`` once (one model load), then one batch per call."""
 
-    def __init__(self, worker: Any, device: str, threads: int) -> None:
+    def __init__(self, worker: Any, device: str, threads: int, registry: Any = None) -> None:
         import torch
 
+        _register(registry)
         torch.set_num_threads(max(1, threads))
         self.run = worker(device)
+        self.node = _node_id()
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         results = [pickle.dumps(self.run(pickle.loads(payload)), protocol=pickle.HIGHEST_PROTOCOL)
                    for payload in batch["payload"]]
-        return {"batch": batch["batch"], "result": _objects(results)}
+        return {"batch": batch["batch"], "node": np.array([self.node] * len(results), dtype=object),
+                "result": _objects(results)}
 
 
 class RayEngine:
@@ -164,36 +362,42 @@ class RayEngine:
 
     Args:
         address: None (a local Ray instance for the call), ``auto`` or ``ray://HOST:PORT``.
-        workers: model actors (one model load each).
+        workers: model actors (one model load each), spread over the nodes.
         gpus_per_worker: GPUs per actor (0: CPU; the model then runs on ``cpu``).
-        cpus_per_worker: CPUs per actor (default: 1 with GPUs; else the cluster's CPUs, less
-            half a CPU for decoding, shared by the actors) and torch threads in it.
+        cpus_per_worker: CPUs per actor (default: 1 with GPUs; else :func:`actor_cpus` of the
+            alive nodes' CPUs, which leaves :data:`DECODE_CPUS` for decoding on every node that
+            holds an actor) and torch threads in it (rounded, at least 1).
         num_cpus: CPUs of a local instance (default: this machine's).
+        retries: new pipelines over the batches not yet returned after a lost node or actor
+            (see the module docstring); then :class:`RayNodeLostError`.
+
+    After a run, :attr:`batches_by_node` counts the batches each Ray node's actors returned.
     """
 
     name = "ray"
 
     def __init__(self, address: str | None = None, *, workers: int = 1, gpus_per_worker: float = 0.0,
-                 cpus_per_worker: float | None = None, num_cpus: int | None = None) -> None:
+                 cpus_per_worker: float | None = None, num_cpus: int | None = None, retries: int = 2) -> None:
         if workers < 1:
             raise ValueError(f"--workers must be >= 1 with --engine ray, got {workers}")
         if gpus_per_worker < 0:
             raise ValueError(f"--gpus-per-worker must be >= 0, got {gpus_per_worker}")
+        if retries < 0:
+            raise ValueError(f"retries must be >= 0, got {retries}")
         self.address = address
         self.workers = workers
         self.gpus_per_worker = gpus_per_worker
         self.cpus_per_worker = cpus_per_worker
         self.num_cpus = num_cpus
+        self.retries = retries
+        self.batches_by_node: Counter[str] = Counter()
 
-    def _actor_cpus(self) -> float:
-        import ray
-
+    def _actor_cpus(self, nodes: dict[str, dict[str, Any]]) -> float:
         if self.cpus_per_worker is not None:
             return self.cpus_per_worker
         if self.gpus_per_worker > 0:
             return 1.0
-        total = float(ray.cluster_resources().get("CPU", 1.0))
-        return max(0.25, min(float(os.cpu_count() or 1), (total - 0.5) / self.workers))
+        return actor_cpus([n["cpus"] for n in nodes.values()], self.workers)
 
     def map_batches(self, dataset: Any, sample_ids: Sequence[str], job: EncodeJob | BatchJob) -> Iterator[Any]:
         from curate.engine.session import ray_session
@@ -204,37 +408,115 @@ class RayEngine:
             raise ValueError(f"the {job.input_path} input path runs on the local engine only (Ray decodes in CPU "
                              "tasks with the exact path); use input path cpu-exact with --engine ray")
         with ray_session(self.address, num_cpus=self.num_cpus):
+            import ray.data
+
+            context = ray.data.DataContext.get_current()
+            context.enable_progress_bars = False
+            context.print_on_execution_start = False
+            context.wait_for_min_actors_s = ACTOR_START_TIMEOUT_S  # every actor up first: batches spread over them
             if isinstance(job, BatchJob):
                 yield from self._run_job(job)
             else:
                 yield from self._run(dataset, sample_ids, job)
 
+    def _pool(self, cpus: float) -> dict[str, Any]:
+        """``map_batches`` arguments of the model actor pool (see the module docstring)."""
+        import ray.data
+
+        # Ray Data places actors with its default scheduling strategy, SPREAD;
+        # ``max_restarts`` only goes through ``ray_remote_args`` (deprecated from Ray 2.60, see _quiet)
+        return {"batch_size": 1, "batch_format": "numpy", "compute": ray.data.ActorPoolStrategy(size=self.workers),
+                "num_cpus": cpus, "num_gpus": self.gpus_per_worker or None, "max_restarts": 0}
+
+    def _execute(self, manifests: list[dict[str, Any]],
+                 build: Callable[[list[dict[str, Any]], float, Any], Any]) -> Iterator[tuple[int, dict[str, Any]]]:
+        """``(batch number, result row)`` for every manifest, from ``build(manifests, actor cpus,
+        registry)`` (a Ray Dataset whose rows carry ``batch`` and ``node``), in arrival order;
+        after a lost node or actor, again over the batches not yet returned (module docstring)."""
+        done: set[int] = set()
+        self.batches_by_node = Counter()
+        registry = _start_registry() if self.retries else None
+        try:
+            yield from self._attempts(manifests, build, done, registry)
+        finally:
+            if registry is not None:
+                import ray
+
+                try:
+                    ray.kill(registry)
+                except Exception as error:  # noqa: BLE001 - never hide why the run stopped
+                    logger.debug("the actor registry was not killed: %s", error)
+        if self.batches_by_node:
+            logger.info("Ray engine: batches per node: %s", dict(self.batches_by_node))
+
+    def _attempts(self, manifests: list[dict[str, Any]], build: Callable[[list[dict[str, Any]], float, Any], Any],
+                  done: set[int], registry: Any) -> Iterator[tuple[int, dict[str, Any]]]:
+        """The pipelines of :meth:`_execute`: the first, then one per retry."""
+        for attempt in range(self.retries + 1):
+            remaining = [m for m in manifests if m["batch"] not in done]
+            if not remaining:
+                break
+            nodes = _alive_nodes()
+            cpus = self._actor_cpus(nodes)
+            if attempt:  # the failed pipeline's actors and tasks give their CPUs back asynchronously
+                _wait_for_cpus(self.workers * cpus + DECODE_CPUS, RELEASE_WAIT_S)
+            logger.info("Ray engine: %d batch(es) on %d node(s) (%s CPUs), %d actor(s) of %.3g CPU", len(remaining),
+                        len(nodes), "+".join(f"{n['cpus']:g}" for n in nodes.values()), self.workers, cpus)
+            failure = ""
+            try:
+                for rows in _quiet(build)(remaining, cpus, registry).iter_batches(batch_size=None, batch_format="numpy"):
+                    for i, b in enumerate(rows["batch"].tolist()):
+                        if b in done:
+                            continue
+                        done.add(b)
+                        node = str(rows["node"][i])
+                        self.batches_by_node[node] += 1
+                        logger.debug("Ray engine: batch %d from node %s", b, node)
+                        yield b, {k: v[i] for k, v in rows.items()}
+            except Exception as error:
+                if not is_node_or_actor_loss(error):
+                    raise
+                # Ray's control store marks a killed node dead after its health checks fail (~10 s):
+                # wait for it when the error points at a node (else the retry plans for a dead node)
+                lost = _lost_since(nodes, NODE_DEATH_WAIT_S if _points_at_node(error) else 1.0)
+                left = len(manifests) - len(done)
+                what = (f"Ray node(s) lost: {_node_names(lost)}" if lost
+                        else "a Ray actor was lost (no node seen dead)")
+                if attempt >= self.retries or not _alive_nodes():
+                    raise RayNodeLostError(
+                        f"{what} ({type(error).__name__}: {str(error).splitlines()[0][:300]}); {len(done)} of "
+                        f"{len(manifests)} batches finished before it and were returned (the feature cache keeps "
+                        f"them), {left} did not; tried {attempt + 1} time(s). Check the cluster (ray status), then "
+                        "run the command again: it encodes only the rest") from error
+                failure = (f"{what} during the run ({type(error).__name__}); {len(done)} of {len(manifests)} batches "
+                           f"done; running the {left} left on the nodes still alive (retry {attempt + 1} of "
+                           f"{self.retries})")
+            if not failure:
+                break
+            logger.warning("%s", failure)
+            killed = _kill_registered(registry)
+            logger.debug("Ray engine: killed the %d actor(s) of the failed pipeline", killed)
+
     def _run_job(self, job: BatchJob) -> Iterator[Any]:
         """A :class:`BatchJob` (see the module docstring): results in batch order."""
         import ray.data
 
-        context = ray.data.DataContext.get_current()
-        context.enable_progress_bars = False
-        context.print_on_execution_start = False
         device = "cuda" if self.gpus_per_worker > 0 else "cpu"
-        actor_cpus = self._actor_cpus()
         manifests = [{"batch": b, "items": pickle.dumps(items, protocol=pickle.HIGHEST_PROTOCOL)}
                      for b, items in enumerate(batches_of(job.items, job.batch_size))]
-        pipeline = (
-            ray.data.from_items(manifests, override_num_blocks=max(1, len(manifests)))
-            .map_batches(_decode_job, batch_size=1, batch_format="numpy", num_cpus=0.5,
-                         fn_kwargs={"decode": job.decode})
-            .map_batches(_RunJob, batch_size=1, batch_format="numpy",
-                         compute=ray.data.ActorPoolStrategy(size=self.workers),
-                         num_cpus=actor_cpus, num_gpus=self.gpus_per_worker or None,
-                         fn_constructor_kwargs={"worker": job.worker, "device": device,
-                                                "threads": max(1, round(actor_cpus))})
-        )
+
+        def build(remaining: list[dict[str, Any]], cpus: float, registry: Any) -> Any:
+            return (ray.data.from_items(remaining, override_num_blocks=max(1, len(remaining)))
+                    .map_batches(_decode_job, batch_size=1, batch_format="numpy", num_cpus=DECODE_CPUS,
+                                 fn_kwargs={"decode": job.decode})
+                    .map_batches(_RunJob, **self._pool(cpus),
+                                 fn_constructor_kwargs={"worker": job.worker, "device": device,
+                                                        "threads": max(1, round(cpus)), "registry": registry}))
+
         waiting: dict[int, Any] = {}
         turn = 0
-        for batch in pipeline.iter_batches(batch_size=None, batch_format="numpy"):
-            for b, result in zip(batch["batch"], batch["result"]):
-                waiting[int(b)] = pickle.loads(result)
+        for b, row in self._execute(manifests, build):
+            waiting[b] = pickle.loads(row["result"])
             while turn in waiting:
                 yield waiting.pop(turn)
                 turn += 1
@@ -244,39 +526,29 @@ class RayEngine:
     def _run(self, dataset: Any, sample_ids: Sequence[str], job: EncodeJob) -> Iterator[BatchOutput]:
         import ray.data
 
-        context = ray.data.DataContext.get_current()
-        context.enable_progress_bars = False
-        context.print_on_execution_start = False
         device = "cuda" if self.gpus_per_worker > 0 else "cpu"
         factory = job.remote_factory(device)
         model = job.model
         wanted = {sid: i for i, sid in enumerate(dict.fromkeys(sample_ids))}
-        actor_cpus = self._actor_cpus()
-        decode_cpus = 0.5
+        manifests = _manifests(samples_files(dataset), wanted=wanted, batch_size=job.batch_size)
+
+        def build(remaining: list[dict[str, Any]], cpus: float, registry: Any) -> Any:
+            return (ray.data.from_items(remaining, override_num_blocks=max(1, len(remaining)))
+                    .map_batches(_decode, batch_size=1, batch_format="numpy", num_cpus=DECODE_CPUS,
+                                 fn_kwargs={"root": str(dataset.root), "preprocess": model.preprocess,
+                                            "image_size": tuple(model.image_size)})
+                    .map_batches(_Encode, **self._pool(cpus),
+                                 fn_constructor_kwargs={"factory": factory, "kind": job.kind,
+                                                        "threads": max(1, round(cpus)), "output": job.output,
+                                                        "registry": registry}))
+
         found = 0
-        selected = ray.data.read_parquet([str(p) for p in samples_files(dataset)]).select_columns(
-            ["sample_id", "filepath"])
-        selected = selected.map_batches(_select, batch_format="pyarrow", num_cpus=decode_cpus,
-                                        fn_kwargs={"wanted": wanted, "batch_size": job.batch_size})
-        manifests = _manifests(selected.to_arrow_refs())
-        pipeline = (
-            ray.data.from_items(manifests, override_num_blocks=max(1, len(manifests)))
-            .map_batches(_decode, batch_size=1, batch_format="numpy", num_cpus=decode_cpus,
-                         fn_kwargs={"root": str(dataset.root), "preprocess": model.preprocess,
-                                    "image_size": tuple(model.image_size)})
-            .map_batches(_Encode, batch_size=1, batch_format="numpy",
-                         compute=ray.data.ActorPoolStrategy(size=self.workers),
-                         num_cpus=actor_cpus, num_gpus=self.gpus_per_worker or None,
-                         fn_constructor_kwargs={"factory": factory, "kind": job.kind,
-                                                "threads": max(1, round(actor_cpus)), "output": job.output})
-        )
-        for batch in pipeline.iter_batches(batch_size=None, batch_format="numpy"):
-            for ids, values, failed_ids, reasons in zip(batch["ids"], batch["values"], batch["failed_ids"],
-                                                        batch["failed_reasons"]):
-                out = BatchOutput([str(s) for s in ids], np.asarray(values, np.float32).reshape(len(ids), -1),
-                                  dict(zip((str(s) for s in failed_ids), (str(r) for r in reasons))))
-                found += out.count
-                yield out
+        for _, row in self._execute(manifests, build):
+            ids, values, failed_ids, reasons = row["ids"], row["values"], row["failed_ids"], row["failed_reasons"]
+            out = BatchOutput([str(s) for s in ids], np.asarray(values, np.float32).reshape(len(ids), -1),
+                              dict(zip((str(s) for s in failed_ids), (str(r) for r in reasons))))
+            found += out.count
+            yield out
         if found != len(wanted):
             raise RuntimeError(f"the Ray engine returned {found} of {len(wanted)} samples: some ids are not in "
                                f"{samples_files(dataset)} (a samples file changed during the run?)")
