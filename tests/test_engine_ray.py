@@ -194,6 +194,45 @@ def test_an_address_that_does_not_answer_fails_fast(world) -> None:
         make_engine("local", ray_address="auto")
 
 
+def test_a_dead_address_fails_before_the_stage_writes_anything(world, tmp_path) -> None:
+    """Issue 29: the address is probed when the engine is made, before the folder is opened or a
+    model loaded, so a failed run leaves no feature-cache or model-identity file behind."""
+    import shutil
+    import socket
+
+    from curate.cli import main
+
+    ds, spec = world
+    root = tmp_path / "copy"
+    shutil.copytree(ds.root, root)
+    before = sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    start = time.perf_counter()
+    result = CliRunner().invoke(main, ["evaluate", str(root), "--model", spec.name, "--pretrained", spec.pretrained,
+                                       "--engine", "ray", "--ray-address", f"ray://127.0.0.1:{port}"])
+    assert result.exit_code != 0 and "no Ray cluster answers" in result.output
+    assert time.perf_counter() - start < 10
+    assert sorted(str(p.relative_to(root)) for p in root.rglob("*")) == before  # nothing written
+
+
+def test_without_an_address_ray_starts_its_own_local_instance(monkeypatch) -> None:
+    """Issue 29: with no --ray-address, ray.init gets address="local", so a cluster that `ray start`
+    left running on the machine is not joined."""
+    import ray
+
+    from curate.engine.session import ray_session
+
+    calls = []
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda **kwargs: calls.append(kwargs))
+    monkeypatch.setattr(ray, "shutdown", lambda: None)
+    with ray_session(None, num_cpus=2):
+        pass
+    assert calls and calls[0]["address"] == "local" and calls[0]["num_cpus"] == 2
+
+
 def test_explain_on_ray_equals_local(world, tmp_path) -> None:
     """Through the CLI: saliency maps computed in one Ray actor (the model loaded there from its
     weights file, an Explainer with the driver's text classifier) give the same run as the local
@@ -211,7 +250,9 @@ def test_explain_on_ray_equals_local(world, tmp_path) -> None:
             "--batch-size", "4", "--device", "cpu", "--save-maps"]
     local = runner.invoke(main, [*base, "--run-name", "local"])
     assert local.exit_code == 0, local.output
-    remote = runner.invoke(main, [*base, "--run-name", "ray", "--engine", "ray", "--workers", "1"])
+    # two actors (issue 29: with one thread each they differed from the local engine's two threads
+    # by up to 4e-8 in SSS; every actor now computes with the driver's thread count)
+    remote = runner.invoke(main, [*base, "--run-name", "ray", "--engine", "ray", "--workers", "2"])
     assert remote.exit_code == 0, remote.output
     a, b = ExplainRun.load(root / "runs" / "local"), ExplainRun.load(root / "runs" / "ray")
     assert a.config["engine"] == "local" and b.config["engine"] == "ray"
@@ -308,3 +349,18 @@ def test_no_ray_process_is_left_after_shutdown(cluster) -> None:
             break
         time.sleep(0.5)
     assert alive == []
+
+
+def test_actors_compute_with_the_local_engines_thread_count(monkeypatch) -> None:
+    """Issue 29: actors used to run round(CPU share) torch threads (1 for two actors on 2 CPUs) where
+    the local engine runs torch.get_num_threads(); float sums then depend on the split. Now every
+    actor gets the driver's count (or an explicit ``threads``), whatever its CPU share."""
+    import torch
+
+    from curate.engine.ray_data import RayEngine
+
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 3)
+    assert RayEngine(workers=2).actor_threads() == 3
+    assert RayEngine(workers=2, threads=1).actor_threads() == 1
+    with pytest.raises(ValueError, match="threads"):
+        RayEngine(threads=0)

@@ -30,7 +30,10 @@ def make_engine(name: str = "local", *, workers: int | None = None, ray_address:
         return LocalEngine(workers=workers)
     if name == "ray":
         from curate.engine.ray_data import RayEngine
+        from curate.engine.session import check_address
 
+        if ray_address:  # a dead address fails now, before a stage opens the folder or loads a model
+            check_address(ray_address)
         return RayEngine(ray_address, workers=workers or 1, gpus_per_worker=gpus_per_worker)
     raise ValueError(f"--engine must be one of {', '.join(ENGINES)}, got {name!r}")
 

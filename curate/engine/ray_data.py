@@ -377,7 +377,8 @@ class RayEngine:
     name = "ray"
 
     def __init__(self, address: str | None = None, *, workers: int = 1, gpus_per_worker: float = 0.0,
-                 cpus_per_worker: float | None = None, num_cpus: int | None = None, retries: int = 2) -> None:
+                 cpus_per_worker: float | None = None, num_cpus: int | None = None, retries: int = 2,
+                 threads: int | None = None) -> None:
         if workers < 1:
             raise ValueError(f"--workers must be >= 1 with --engine ray, got {workers}")
         if gpus_per_worker < 0:
@@ -390,7 +391,23 @@ class RayEngine:
         self.cpus_per_worker = cpus_per_worker
         self.num_cpus = num_cpus
         self.retries = retries
+        if threads is not None and threads < 1:
+            raise ValueError(f"threads must be >= 1, got {threads}")
+        self.threads = threads
         self.batches_by_node: Counter[str] = Counter()
+
+    def actor_threads(self) -> int:
+        """Torch threads in every actor: ``threads``, else the driver's ``torch.get_num_threads()``,
+        i.e. what the local engine computes with. Float sums depend on how a kernel splits its work
+        over threads (an actor on 1 thread gave SSS up to 4e-8 away from the local engine's 2), so
+        the same count on every actor and locally is what makes the engines agree bit for bit; it
+        is not sized from the actor's CPU share (an actor of 0.5 CPU may then run 2 threads: the
+        cost is some oversubscription, the gain exact equality)."""
+        if self.threads is not None:
+            return self.threads
+        import torch
+
+        return max(1, torch.get_num_threads())
 
     def _actor_cpus(self, nodes: dict[str, dict[str, Any]]) -> float:
         if self.cpus_per_worker is not None:
@@ -511,7 +528,7 @@ class RayEngine:
                                  fn_kwargs={"decode": job.decode})
                     .map_batches(_RunJob, **self._pool(cpus),
                                  fn_constructor_kwargs={"worker": job.worker, "device": device,
-                                                        "threads": max(1, round(cpus)), "registry": registry}))
+                                                        "threads": self.actor_threads(), "registry": registry}))
 
         waiting: dict[int, Any] = {}
         turn = 0
@@ -539,7 +556,7 @@ class RayEngine:
                                             "image_size": tuple(model.image_size)})
                     .map_batches(_Encode, **self._pool(cpus),
                                  fn_constructor_kwargs={"factory": factory, "kind": job.kind,
-                                                        "threads": max(1, round(cpus)), "output": job.output,
+                                                        "threads": self.actor_threads(), "output": job.output,
                                                         "registry": registry}))
 
         found = 0

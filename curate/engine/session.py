@@ -71,7 +71,9 @@ def ray_session(address: str | None = None, *, num_cpus: int | None = None,
         except ConnectionError as error:
             raise RayUnavailableError(f"cannot join the Ray cluster at {address}: {error}") from None
     else:
-        ray.init(num_cpus=num_cpus or os.cpu_count() or 1, include_dashboard=False,
+        # address="local": always a new local instance, never a cluster that `ray start` left
+        # running on this machine (Ray would join it without an address)
+        ray.init(address="local", num_cpus=num_cpus or os.cpu_count() or 1, include_dashboard=False,
                  object_store_memory=object_store_mb * 1024 * 1024, log_to_driver=False,
                  logging_level=logging.WARNING)
     try:
