@@ -25,8 +25,10 @@ from typing import Any
 import numpy as np
 
 from curate.discover.embed import METHODS, RemovalCache, choose_method, project_out, removal_embeddings
-from curate.discover.groups import GroupSettings, benjamini_hochberg, discover_class
+from curate.discover.groups import ClassDiscovery, GroupSettings, benjamini_hochberg, discover_class
+from curate.discover.phrases import TEMPLATE, PhraseBank, name_groups
 from curate.jsonio import json_safe
+from curate.masks.sources import is_trusted
 from curate.progress import Progress, phase
 from curate.runs.base import RUNS_DIR, slug, unique_run_name
 from curate.runs.base import run_name as default_run_name
@@ -130,8 +132,6 @@ def discover(
         PhraseBankError: a phrase file that is missing, empty, not UTF-8 or has duplicates.
         FileNotFoundError / RunError: a ``predictions`` name that is not a finished evaluation run.
     """
-    from curate.discover.phrases import TEMPLATE, PhraseBank, name_groups
-
     settings = settings or DiscoverSettings()
     grouping = settings.group_settings
     check_device(settings.device)
@@ -157,8 +157,7 @@ def discover(
     existed = bool(run_name) and (ds.root / RUNS_DIR / str(run_name)).exists()
     run_dir = claim_run_dir(ds.root, run_name, "discover", label, overwrite=overwrite)
     try:
-        record = _run(ds, loaded, identity, rows, runs, settings, grouping, bank, label, progress,
-                      TEMPLATE, name_groups)
+        record = _run(ds, loaded, identity, rows, runs, settings, grouping, bank, label, progress)
         record.write(run_dir)
     except BaseException:
         if not existed and run_dir.is_dir() and not any(run_dir.iterdir()):
@@ -170,8 +169,7 @@ def discover(
 
 
 def _run(ds: Any, loaded: Any, identity: dict[str, Any], rows: list[dict[str, Any]], runs: list[EvaluationRun],
-         settings: DiscoverSettings, grouping: GroupSettings, bank: Any, label: str, progress: Progress | None,
-         template: str, name_groups: Any) -> DiscoveryRun:
+         settings: DiscoverSettings, grouping: GroupSettings, bank: Any, label: str, progress: Progress | None) -> DiscoveryRun:
     from curate.features import compute_features
 
     names = ds.label_space.names
@@ -209,8 +207,6 @@ def _run(ds: Any, loaded: Any, identity: dict[str, Any], rows: list[dict[str, An
         if encode_progress:
             encode_progress(done[0], len(removal_rows))
 
-    from curate.masks.sources import is_trusted
-
     trusted = [r for r in removal_rows if is_trusted(r, allow_model_masks=settings.allow_model_masks)]
     left_out["no_trusted_mask"] += len(removal_rows) - len(trusted)
     removed: dict[str, np.ndarray] = {}
@@ -236,11 +232,8 @@ def _run(ds: Any, loaded: Any, identity: dict[str, Any], rows: list[dict[str, An
             if usable and method == "projection":
                 x = project_out(x, directions[c])
         y = np.array([correct[r["sample_id"]] for r in usable], dtype=np.float64)
-        found = discover_class(x, y, grouping, key=names[c]) if len(usable) else None
-        if found is None:
-            from curate.discover.groups import ClassDiscovery
-
-            found = ClassDiscovery(n=0, reason="too_few_photos")
+        found = (discover_class(x, y, grouping, key=names[c]) if usable
+                 else ClassDiscovery(n=0, reason="too_few_photos"))
         results.append((c, method, usable, x, found))
         per_class_info.append(json_safe({
             "class_index": c, "class_name": names[c], "photos": len(usable), "method": method,
@@ -297,7 +290,7 @@ def _run(ds: Any, loaded: Any, identity: dict[str, Any], rows: list[dict[str, An
                    "prompts": list(run.templates), "passed": how} for run, how in zip(runs, passed)]
     config = {"model": identity, "settings": settings.to_dict(), "references": references,
               "phrases": {"source": bank.source, "sha256": bank.sha256, "count": len(bank.phrases),
-                          "template": template},
+                          "template": TEMPLATE},
               "counts": counts, "classes": per_class_info}
     logger.info("discover: %d groups in %d classes, %d significant at FDR %.2f", len(groups), len(class_list),
                 counts["significant"], settings.fdr)
