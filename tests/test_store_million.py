@@ -347,3 +347,89 @@ def test_writer_killed_mid_write_never_leaves_a_lying_record(tmp_path: Path) -> 
         assert [p for p in check_dataset(root) if p.severity == "error"] == [], f"seed {seed}, attempt {attempt}"
         assert rowscan.extras_unchanged(root, rowscan.samples_identity(root))  # recorded by the open at the latest
         assert all(isinstance(json.loads(r["extra"]), dict) for r in ds.table().to_pylist())
+
+
+# --------------------------------------------------------------------------- extra read when needed
+@pytest.fixture
+def reads(monkeypatch: pytest.MonkeyPatch) -> list[list[str] | None]:
+    """The columns of every ``ParquetFile.read`` (None = every column)."""
+    seen: list[list[str] | None] = []
+    real = pq.ParquetFile.read
+
+    def recording(self: pq.ParquetFile, columns: Any = None, *args: Any, **kwargs: Any) -> pa.Table:
+        seen.append(None if columns is None else list(columns))
+        return real(self, columns, *args, **kwargs)
+
+    monkeypatch.setattr(pq.ParquetFile, "read", recording)
+    return seen
+
+
+def reads_of_extra(reads: list[list[str] | None]) -> list[list[str] | None]:
+    return [columns for columns in reads if columns is None or "extra" in columns]
+
+
+def test_open_count_and_columns_never_read_extra(tmp_path: Path, reads: list[list[str] | None]) -> None:
+    """``extra`` (600 MB of a collector's 1 GB table at a million rows) is read only when a
+    caller needs it, from the file the rest was read from, and then equals the file's."""
+    from curate.store import summarize
+
+    root = tmp_path / "ds"
+    collector_dataset(root, n=12)
+    on_disk = pq.ParquetFile(root / "samples.parquet").read()
+    reads.clear()
+    ds = Dataset.open(root)
+    assert len(ds) == 12 and ds.sample_ids() == on_disk.column("sample_id").to_pylist()
+    assert summarize(ds)["license"] == {"cc-by-nc": 12}
+    assert ds.table(["tags", "class_name"]).column_names == ["tags", "class_name"]
+    assert ds.image_path(ds.sample_ids()[3]).is_file()
+    assert ds.ids(class_index=0) == on_disk.column("sample_id").to_pylist()[::3]
+    assert reads and reads_of_extra(reads) == []
+    full = ds.table()
+    assert reads_of_extra(reads) == [["extra"]]
+    assert full.schema.equals(S.SCHEMA) and full.column_names == list(S.COLUMN_NAMES)
+    assert full.column("extra").to_pylist() == on_disk.column("extra").to_pylist()
+    assert ds.row(ds.sample_ids()[5])["extra"] == on_disk.column("extra")[5].as_py()
+    ds.table()
+    assert reads_of_extra(reads) == [["extra"]]  # read once
+    with pytest.raises(DatasetError, match="no column 'nope'"):
+        ds.table(["sample_id", "nope"])
+
+
+def test_a_write_after_an_open_keeps_every_extra(tmp_path: Path) -> None:
+    """A writer starts from the whole table: an update made right after an open that never read
+    ``extra`` writes every row's ``extra`` unchanged; a reader of a folder another process has
+    committed to sees the new file's values."""
+    import pickle
+
+    root = tmp_path / "ds"
+    collector_dataset(root, n=10)
+    before = pq.ParquetFile(root / "samples.parquet").read().column("extra").to_pylist()
+    reader = Dataset.open(root)
+    writer = Dataset.open(root)
+    ids = writer.sample_ids()
+    writer.update(ids[1], {"status": "accepted"}, actor="test")
+    assert pq.ParquetFile(root / "samples.parquet").read().column("extra").to_pylist() == before
+    writer.update(ids[2], {"extra": {"note": "new"}}, actor="test")
+    assert json.loads(reader.row(ids[2])["extra"]) == {"note": "new"}
+    assert reader.row(ids[1])["status"] == "accepted"
+    assert reader.table().column("extra").to_pylist() == [*before[:2], '{"note": "new"}', *before[3:]]
+    copy = pickle.loads(pickle.dumps(reader))  # a DataLoader worker's copy reads the file itself
+    assert copy.table().equals(reader.table())
+    assert check_dataset(root) == []
+
+
+def test_check_streams_extra_and_names_rows_across_batches(tmp_path: Path, parses: list[int],
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """``curate check`` and the first open parse ``extra`` one batch at a time (never the whole
+    column at once); a bad value in a later batch is named by its row in the file."""
+    root = tmp_path / "ds"
+    collector_dataset(root, n=12)
+    rewrite_parquet(root, lambda t: set_cell(set_cell(t, "extra", 7, "[7]"), "extra", 11, None))
+    monkeypatch.setattr(rowscan, "EXTRA_SEGMENT_ROWS", 5)
+    parses.clear()
+    problems = [(p.row, p.message) for p in check_dataset(root) if p.column == "extra"]
+    assert parses == [5, 5, 2]
+    assert [row for row, _ in problems] == [7, 11]
+    assert "expected an object" in problems[0][1]
+    with pytest.raises(DatasetError, match="row 7"):
+        Dataset.open(root)

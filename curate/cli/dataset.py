@@ -41,7 +41,7 @@ def info(directory: Path) -> None:
     for key in ("class", "background", "group", "status", "license", "source"):
         if key in counts:
             out().print(_counter_table(key, counts[key]))
-    masks = _mask_sources(ds.table())
+    masks = _mask_sources(ds.table(["mask_path", "mask_status"]))
     if masks:
         out().print(_counter_table("mask source", masks))
         if masks.get("model"):
@@ -51,7 +51,7 @@ def info(directory: Path) -> None:
     # one arrow pass over the flattened tags (a Python loop over rows costs ~1 s at 1M rows)
     import pyarrow.compute as pc
 
-    flat = pc.list_flatten(ds.table().column("tags"))
+    flat = pc.list_flatten(ds.table(["tags"]).column("tags"))
     counts = pc.value_counts(flat.filter(pc.starts_with(flat, "suspect:")))
     suspects = Counter({c["values"]: c["counts"] for c in counts.to_pylist()})
     if suspects:  # curate audit's pre-tags (a pointer for reviewers, not a decision)

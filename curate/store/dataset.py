@@ -25,7 +25,8 @@ At a million rows (docs/design.md#dataset-folder): opening validates whole colum
 it, an update reads and rewrites only the touched cells in memory (then one atomic rewrite of
 samples.parquet, about a second at a million rows), and an add appends chunks instead of
 copying the table. Each ``extra`` is parsed when written and on the first open of a file
-curate has no record for, not on every open (issue 29; :mod:`curate.store.rowscan`).
+curate has no record for, not on every open, and the column (most of a collector's table) is
+read only when a caller needs it (issue 29; :mod:`curate.store.rowscan`, :meth:`Dataset.table`).
 ``benchmarks/store.py`` measures it with collector-shaped rows.
 """
 from __future__ import annotations
@@ -117,12 +118,15 @@ class Dataset:
     folder's lock for ``lock_timeout`` seconds at most, then raise :class:`LockedError`.
     """
 
-    def __init__(self, root: Path, config: dict[str, Any], table: pa.Table, *, lock_timeout: float = 10.0) -> None:
+    def __init__(self, root: Path, config: dict[str, Any], table: pa.Table, *, lock_timeout: float = 10.0,
+                 stamp: tuple[int, int, int] | None = None) -> None:
+        """``table``: the rows of samples.parquet as read at ``stamp`` (default: the file now); it
+        may lack ``extra``, which is then read from that file when first needed (:meth:`table`)."""
         self._root = Path(root).absolute()
         self._lock = DatasetLock(self._root, timeout=lock_timeout)
         self._carry_files = False
         self._set_config(config)
-        self._set_table(table, _stamp(self._root / SAMPLES_FILE))
+        self._set_table(table, stamp if stamp is not None else _stamp(self._root / SAMPLES_FILE))
 
     # ------------------------------------------------------------------ create / open
     @classmethod
@@ -207,12 +211,14 @@ class Dataset:
         (``.problems`` holds them all). ``validate=False`` skips the row checks (for repair
         tools); ``deep=True`` also re-hashes every image.
 
-        Each ``extra`` is parsed only when this samples.parquet is new to curate (no record in
-        ``.curate.extracheck.json`` names it); otherwise only its shape is checked. A
-        hand-corrupted ``extra`` is still reported here: a write that is not curate's makes a
-        file the record does not name (see docs/design.md#dataset-folder).
+        Each ``extra`` is parsed (streamed, not kept) only when this samples.parquet is new to
+        curate (no record in ``.curate.extracheck.json`` names it); otherwise the column is not
+        read until a caller needs it (:meth:`table`). A hand-corrupted ``extra`` is still
+        reported here: a write that is not curate's makes a file the record does not name (see
+        docs/design.md#dataset-folder).
         """
         root = Path(root)
+        stamp = _stamp(root / SAMPLES_FILE)  # before the read: a file replaced since is read again
         inspection = inspect_dataset(root, deep=deep)
         errors = inspection.errors
         if errors and (validate or inspection.config is None or inspection.table is None):
@@ -223,7 +229,7 @@ class Dataset:
         if inspection.label_space is None or inspection.backgrounds is None:
             raise DatasetError(_format_problems(root, errors), errors)
         assert inspection.config is not None and inspection.table is not None
-        return cls(root, inspection.config, inspection.table, lock_timeout=lock_timeout)
+        return cls(root, inspection.config, inspection.table, lock_timeout=lock_timeout, stamp=stamp)
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickle as (root, config, lock timeout); unpickling (e.g. in a DataLoader worker)
@@ -265,25 +271,34 @@ class Dataset:
         return self.config.get("provenance") or {}
 
     def __len__(self) -> int:
-        return self.table().num_rows
+        return self._current().num_rows
 
     def __contains__(self, sample_id: object) -> bool:
-        self.table()
+        self._current()
         return isinstance(sample_id, str) and sample_id in self._index
 
     def __repr__(self) -> str:
         return f"Dataset({str(self._root)!r}, name={self.name!r}, samples={len(self)})"
 
     # ------------------------------------------------------------------ reading
-    def table(self) -> pa.Table:
-        """All rows (the latest committed ``samples.parquet``), with :data:`SCHEMA`."""
-        stamp = _stamp(self._root / SAMPLES_FILE)
-        if stamp != self._table_stamp:
-            self._reload_table()
-        return self._table
+    def table(self, columns: Sequence[str] | None = None) -> pa.Table:
+        """All rows (the latest committed ``samples.parquet``), with :data:`SCHEMA`; ``columns``:
+        only those, in that order. Asking for no ``extra`` never reads it: the column is read
+        from the file when first needed (docs/design.md#dataset-folder)."""
+        if columns is None:
+            self._current()
+            return self._table
+        columns = list(columns)
+        unknown = [c for c in columns if c not in S.COLUMN_BY_NAME]
+        if unknown:
+            raise DatasetError(f"no column {', '.join(map(repr, unknown))} in samples.parquet")
+        table = self._current()
+        if "extra" in columns and "extra" not in table.column_names:
+            table = self._table
+        return table.select(columns)
 
     def sample_ids(self) -> list[str]:
-        return list(self.table().column("sample_id").to_pylist())
+        return list(self._current().column("sample_id").to_pylist())
 
     def row(self, sample_id: str) -> dict[str, Any]:
         """One row as a dict (raises :class:`DatasetError` for an unknown id)."""
@@ -301,22 +316,30 @@ class Dataset:
         also match null), ``column=None`` (is null), ``column=callable`` (``callable(value)`` is
         true). For ``tags``: a string matches rows having that tag, a list rows having any of them.
         """
+        mask = self._condition_mask(conditions)
         table = self.table()
+        return table if mask is None else table.filter(mask)
+
+    def ids(self, **conditions: Any) -> list[str]:
+        """The sample ids of :meth:`select` (``extra`` is read only to match a condition on it)."""
+        mask = self._condition_mask(conditions)
+        ids = self._current().column("sample_id")
+        return (ids if mask is None else ids.filter(mask)).to_pylist()
+
+    def _condition_mask(self, conditions: Mapping[str, Any]) -> pa.ChunkedArray | pa.Array | None:
+        """Per row, whether every condition of :meth:`select` holds (None: no condition)."""
+        table = self._table if "extra" in conditions else self._current()
         mask: pa.ChunkedArray | pa.Array | None = None
         for column, condition in conditions.items():
-            if column not in table.column_names:
-                raise DatasetError(f"select: unknown column {column!r} (columns: {', '.join(table.column_names)})")
+            if column not in S.COLUMN_BY_NAME:
+                raise DatasetError(f"select: unknown column {column!r} (columns: {', '.join(S.COLUMN_NAMES)})")
             try:
                 matched = _match(table.column(column), column, condition)
             except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError) as exc:
                 raise DatasetError(f"select: cannot compare column {column!r} "
                                    f"({table.schema.field(column).type}) with {condition!r}: {exc}") from None
             mask = matched if mask is None else pc.and_(mask, matched)
-        return table if mask is None else table.filter(mask)
-
-    def ids(self, **conditions: Any) -> list[str]:
-        """The sample ids of :meth:`select`."""
-        return self.select(**conditions).column("sample_id").to_pylist()
+        return mask
 
     def image_path(self, sample_id_or_row: str | int | Mapping[str, Any]) -> Path:
         """Absolute path of a sample's image; refuses a ``filepath`` that escapes the folder."""
@@ -356,11 +379,11 @@ class Dataset:
                 key = key["sample_id"]
             if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
                 row = int(key)
-                if not 0 <= row < self.table().num_rows:
-                    raise DatasetError(f"row {key} is outside 0..{self.table().num_rows - 1}")
+                if not 0 <= row < self._current().num_rows:
+                    raise DatasetError(f"row {key} is outside 0..{self._current().num_rows - 1}")
             else:
                 if index is None:
-                    self.table()
+                    self._current()
                     index = self._index
                 try:
                     row = index[key]
@@ -369,7 +392,7 @@ class Dataset:
             lookup.append(row)
             positions.append(i)
         if lookup:
-            taken = self.table().column("filepath").take(pa.array(lookup, pa.int64())).to_pylist()
+            taken = self._current().column("filepath").take(pa.array(lookup, pa.int64())).to_pylist()
             for i, rel in zip(positions, taken):
                 rels[i] = rel
         prefix = MEDIA_DIR + "/"
@@ -784,36 +807,78 @@ class Dataset:
 
     def _set_table(self, table: pa.Table, stamp: tuple[int, int, int] | None,
                    index: dict[str, int] | None = None) -> None:
-        """Cache ``table`` (read at ``stamp``); ``index`` is its sample_id -> row dict when the
-        caller has it already, else it is built on first use (0.4 s at a million rows, which
-        opening and selecting need not pay)."""
-        self._table = table
+        """Cache ``table`` (read at ``stamp``; it may lack ``extra``); ``index`` is its sample_id
+        -> row dict when the caller has it already, else it is built on first use (0.4 s at a
+        million rows, which opening and selecting need not pay)."""
+        self._cached = table
         self._table_stamp = stamp
         self._index_cache = index
+
+    @property
+    def _table(self) -> pa.Table:
+        """The cached table with every column: ``extra`` is read now if it was left out (every
+        writer starts from this, so no commit can lose the column)."""
+        if "extra" not in self._cached.column_names:
+            self._read_extra()
+        return self._cached
+
+    def _current(self) -> pa.Table:
+        """The cached table (``extra`` perhaps not read), re-read first when another process
+        committed since."""
+        if _stamp(self._root / SAMPLES_FILE) != self._table_stamp:
+            self._reload_table()
+        return self._cached
+
+    def _read_extra(self) -> None:
+        """Add ``extra`` to the cached table from the very file it was read from (checked on the
+        open handle: inode, mtime, size); when that file was replaced since, read the new one
+        whole instead. At a million collector-shaped rows the column is ~600 MB of the ~1 GB
+        table, which opening, selecting and counting never need."""
+        path = self._root / SAMPLES_FILE
+        try:
+            with open(path, "rb") as raw:
+                st = os.fstat(raw.fileno())
+                if (st.st_ino, st.st_mtime_ns, st.st_size) != self._table_stamp:
+                    self._set_table(self._read_whole(path), (st.st_ino, st.st_mtime_ns, st.st_size))
+                    return
+                with pq.ParquetFile(raw) as handle:
+                    column = handle.read(columns=["extra"], use_threads=False).column(0).cast(pa.string())
+        except Exception as exc:  # noqa: BLE001 - arrow raises several types for bad files
+            raise DatasetError(f"{path} cannot be read any more ({exc}); run check_dataset({str(self._root)!r})") from None
+        if len(column) != self._cached.num_rows:
+            raise DatasetError(f"{path} changed under this process (extra has {len(column)} values for "
+                               f"{self._cached.num_rows} rows); open the folder again")
+        self._cached = self._cached.add_column(S.COLUMN_NAMES.index("extra"), S.SCHEMA.field("extra"), column)
+
+    @staticmethod
+    def _read_whole(path: Path) -> pa.Table:
+        return read_samples_file(path).select(list(S.COLUMN_NAMES)).cast(S.SCHEMA)
 
     @property
     def _index(self) -> dict[str, int]:
         """sample_id -> row of the cached table, built lazily."""
         if self._index_cache is None:
-            self._index_cache = {sid: i for i, sid in enumerate(self._table.column("sample_id").to_pylist())}
+            self._index_cache = {sid: i for i, sid in enumerate(self._cached.column("sample_id").to_pylist())}
         return self._index_cache
 
     def _reload_table(self) -> None:
+        """Read samples.parquet again (another process committed), leaving ``extra`` for later."""
         path = self._root / SAMPLES_FILE
         stamp = _stamp(path)
+        names = [n for n in S.COLUMN_NAMES if n != "extra"]
         try:
-            table = read_samples_file(path).select(list(S.COLUMN_NAMES)).cast(S.SCHEMA)
+            table = read_samples_file(path, names).select(names).cast(
+                pa.schema([S.SCHEMA.field(n) for n in names], metadata=S.SCHEMA.metadata))
         except Exception as exc:  # noqa: BLE001
             raise DatasetError(f"{path} cannot be read any more ({exc}); run check_dataset({str(self._root)!r})") from None
         self._set_table(table, stamp)
 
     def _refresh_all(self) -> None:
         self._refresh_config()
-        if _stamp(self._root / SAMPLES_FILE) != self._table_stamp:
-            self._reload_table()
+        self._current()
 
     def _row_index(self, sample_id: str) -> int:
-        self.table()
+        self._current()
         try:
             return self._index[sample_id]
         except (KeyError, TypeError):
@@ -827,7 +892,7 @@ class Dataset:
                 key = key["sample_id"]
             else:
                 raise DatasetError(f"a row needs '{column}' or 'sample_id', got keys {sorted(key)}")
-        table = self.table()
+        table = self._table if column == "extra" else self._current()
         if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
             if not 0 <= int(key) < table.num_rows:
                 raise DatasetError(f"row {key} is outside 0..{table.num_rows - 1}")

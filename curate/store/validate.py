@@ -31,13 +31,18 @@ answered by directory listings, skipped when neither samples.parquet nor any med
 changed since the last complete check (:func:`curate.store.rowscan.files_unchanged`). Mask
 presence and mask sizes are checked on every open (a PNG header read per mask).
 
-``extra`` (issue 29): every open checks each value's shape (``{...}``); the whole parse
-(:func:`curate.store.rowscan.extra_not_objects`, exact as ``json.loads``) runs in
-:func:`check_dataset` always and in an open only when no record says that this very
+``extra`` (issue 29): the column is never held by a validation that does not hash images. It is
+the bulk of a collector's table (~650 bytes a row, 600 MB at a million rows) and no check but
+its own reads it, so :func:`inspect_dataset` reads the other columns and either streams
+``extra`` in batches of :data:`curate.store.rowscan.EXTRA_SEGMENT_ROWS` rows through the whole
+parse (:func:`curate.store.rowscan.extra_not_objects`, exact as ``json.loads``), keeping only
+the values of the rows it faults, or, in an open, skips it when a record says that this very
 samples.parquet was parsed before (:func:`curate.store.rowscan.extras_unchanged`; curate's
-writers, which check what they write, carry the record to the files they commit). A
-hand-corrupted ``extra`` is therefore reported by the next open as well as by ``curate check``:
-any write that is not curate's gives a file the record does not name.
+writers, which check what they write, carry the record to the files they commit).
+:func:`check_dataset` always parses. A hand-corrupted ``extra`` is therefore reported by the
+next open as well as by ``curate check``: any write that is not curate's gives a file the record
+does not name. :class:`~curate.store.Dataset` reads the column from the same file when a caller
+first needs it (docs/design.md#dataset-folder). ``deep=True`` reads the whole table as before.
 """
 from __future__ import annotations
 
@@ -104,6 +109,8 @@ class Inspection:
     label_space: LabelSpace | None = None
     backgrounds: list[str] | None = None
     table: pa.Table | None = None  # cast to SCHEMA when the columns are all there and typed right
+    #: True when ``table`` lacks ``extra`` (read from the file when needed; module docstring)
+    extra_deferred: bool = False
 
     @property
     def errors(self) -> list[ValidationProblem]:
@@ -186,8 +193,8 @@ def background_problem(backgrounds: Any) -> str | None:
     return None
 
 
-def read_samples_file(path: Path) -> pa.Table:
-    """samples.parquet as a table, read on one thread.
+def read_samples_file(path: Path, columns: list[str] | None = None) -> pa.Table:
+    """samples.parquet as a table (``columns``: only those), read on one thread.
 
     Measured on the project's 2-core VM at a million collector-shaped rows (a ~1 GB table):
     pyarrow's threaded read spends 1.3-3.7 s of *system* time (the threads fault in fresh pages
@@ -196,22 +203,63 @@ def read_samples_file(path: Path) -> pa.Table:
     :func:`curate.parquetio.read_parquet_file` it goes through ``ParquetFile`` (no
     ``pyarrow.dataset``, no pandas import). Raises what pyarrow raises."""
     with pq.ParquetFile(path) as handle:
-        return handle.read(use_threads=False)
+        return handle.read(columns=columns, use_threads=False)
 
 
-def _load_table(root: Path, out: Inspection) -> tuple[pa.Table | None, set[str]]:
-    """The raw table and the set of columns present with a usable type."""
+@dataclass
+class ExtraCheck:
+    """What streaming ``extra`` found (:func:`_stream_extra`): per row, whether the value fails
+    the per-row check (not a JSON object, or null), and those rows' values (for the messages)."""
+
+    bad: np.ndarray
+    values: dict[int, str | None]
+
+
+def _stream_extra(handle: pq.ParquetFile, rows: int) -> ExtraCheck:
+    """``extra`` of an open samples.parquet, batch by batch, through the exact parse
+    (:func:`curate.store.rowscan.extra_not_objects`; null counts as bad: the column is required),
+    holding one batch at a time. Raises what pyarrow raises for an unreadable file."""
+    bad = np.zeros(rows, dtype=bool)
+    values: dict[int, str | None] = {}
+    start = 0
+    for batch in handle.iter_batches(batch_size=rowscan.EXTRA_SEGMENT_ROWS, columns=["extra"], use_threads=False):
+        column = pa.chunked_array([batch.column(0)])
+        faulted = rowscan.extra_not_objects(column) | rowscan.numpy_mask(pc.is_null(column))
+        for offset in np.flatnonzero(faulted).tolist():
+            values[start + offset] = column[offset].as_py()
+        bad[start: start + batch.num_rows] = faulted
+        start += batch.num_rows
+    if start != rows:
+        raise ValueError(f"its extra column holds {start} values for {rows} rows")
+    return ExtraCheck(bad, values)
+
+
+def _load_table(root: Path, out: Inspection, *, extra: str = "read"
+                ) -> tuple[pa.Table | None, set[str], ExtraCheck | None]:
+    """The raw table, the set of columns present with a usable type (``extra`` counts when the
+    file has it, read or not), and what streaming ``extra`` found.
+
+    ``extra``: "read" = in the table (``deep``), "stream" = left out of the table and parsed
+    batch by batch from the same open file, "skip" = left out and not read (its values are known
+    to parse). The column checks read the file's schema, so they do not depend on the choice."""
     path = root / SAMPLES_FILE
     problems = out.problems
     if not path.is_file():
         problems.append(ValidationProblem(None, None, None, f"{SAMPLES_FILE} is missing from {root}"))
-        return None, set()
+        return None, set(), None
+    check: ExtraCheck | None = None
     try:
-        table = read_samples_file(path)
+        with pq.ParquetFile(path) as handle:
+            schema = handle.schema_arrow
+            leave_out = extra != "read" and "extra" in schema.names and schema.names.count("extra") == 1
+            columns = [n for n in schema.names if n != "extra"] if leave_out else None
+            table = handle.read(columns=columns, use_threads=False)  # one thread: see read_samples_file
+            if leave_out and extra == "stream" and S.types_compatible(schema.field("extra").type, pa.string()):
+                check = _stream_extra(handle, table.num_rows)
     except Exception as exc:  # noqa: BLE001 - arrow raises several types for bad files
         problems.append(ValidationProblem(None, None, None, f"{SAMPLES_FILE} cannot be read as parquet: {exc}"))
-        return None, set()
-    metadata = table.schema.metadata or {}
+        return None, set(), None
+    metadata = schema.metadata or {}
     stored = metadata.get(S.PARQUET_VERSION_KEY)
     if stored is None:
         problems.append(ValidationProblem(
@@ -224,13 +272,15 @@ def _load_table(root: Path, out: Inspection) -> tuple[pa.Table | None, set[str]]
             f"{SAMPLES_FILE}: schema version {stored.decode(errors='replace')} in its metadata, "
             f"expected {S.SCHEMA_VERSION}"))
     usable: set[str] = set()
-    names = table.column_names
+    names = schema.names
     for column in S.COLUMNS:
         if column.name not in names:
             problems.append(ValidationProblem(
                 None, None, column.name, f"{SAMPLES_FILE}: column '{column.name}' ({column.type}) is missing"))
-        elif not S.types_compatible(table.schema.field(column.name).type, column.type):
-            actual = table.schema.field(column.name).type
+        elif names.count(column.name) > 1:
+            continue  # reported below (a column name repeats)
+        elif not S.types_compatible(schema.field(column.name).type, column.type):
+            actual = schema.field(column.name).type
             problems.append(ValidationProblem(
                 None, None, column.name,
                 f"{SAMPLES_FILE}: column '{column.name}' has type {actual}, expected {column.type}"))
@@ -244,7 +294,7 @@ def _load_table(root: Path, out: Inspection) -> tuple[pa.Table | None, set[str]]
     if names.count("sample_id") > 1 or len(set(names)) != len(names):
         problems.append(ValidationProblem(None, None, None, f"{SAMPLES_FILE}: a column name repeats"))
         usable.clear()
-    return table, usable
+    return table, usable, check
 
 
 def inspect_dataset(root: str | Path, *, deep: bool = False, cached_files: bool = True) -> Inspection:
@@ -260,17 +310,22 @@ def inspect_dataset(root: str | Path, *, deep: bool = False, cached_files: bool 
         return out
     _load_config(root, out)
     identity = rowscan.samples_identity(root)  # before the read: the record must name what was read
-    table, usable = _load_table(root, out)
+    known = cached_files and not deep and rowscan.extras_unchanged(root, identity)
+    table, usable, extra_check = _load_table(root, out, extra="read" if deep else "skip" if known else "stream")
     if identity is not None and rowscan.samples_identity(root) != identity:
         identity = None  # replaced while it was read: which file was read is not known
     if table is not None:
-        known = cached_files and rowscan.extras_unchanged(root, identity)
-        _check_rows(root, table, usable, out, deep=deep, cached_files=cached_files, parse_extra=not known)
+        _check_rows(root, table, usable, out, deep=deep, cached_files=cached_files, parse_extra=not known,
+                    extra_check=extra_check)
         if not known and "extra" in usable and not any(p.column == "extra" for p in out.problems):
             rowscan.remember_extras_valid(root, identity)
-        if usable == set(S.COLUMN_NAMES) and len(table.column_names) == len(S.COLUMN_NAMES):
+        deferred = "extra" in usable and "extra" not in table.column_names
+        names = [n for n in S.COLUMN_NAMES if not (deferred and n == "extra")]
+        if usable == set(S.COLUMN_NAMES) and len(table.column_names) == len(names):
             try:
-                out.table = table.select(list(S.COLUMN_NAMES)).cast(S.SCHEMA)
+                out.table = table.select(names).cast(pa.schema([S.SCHEMA.field(n) for n in names],
+                                                               metadata=S.SCHEMA.metadata))
+                out.extra_deferred = deferred
             except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError) as exc:
                 out.problems.append(ValidationProblem(
                     None, None, None, f"{SAMPLES_FILE} does not cast to the schema: {exc}"))
@@ -311,26 +366,29 @@ def _torn_tail(path: Path) -> str | None:
 
 
 def _check_rows(root: Path, table: pa.Table, usable: set[str], out: Inspection, *, deep: bool,
-                cached_files: bool = True, parse_extra: bool = True) -> None:
+                cached_files: bool = True, parse_extra: bool = True, extra_check: ExtraCheck | None = None) -> None:
     """Every per-row problem, in row order: :func:`~curate.store.rowscan.suspect_rows` picks the
     rows that need the exact checks (all rows when ``deep``); the others only need their files
     to be present, which directory listings answer (see :mod:`curate.store.rowscan`).
-    ``parse_extra=False``: this file's ``extra`` values are known to parse (only their shape is
-    checked)."""
+    ``parse_extra=False``: this file's ``extra`` values are known to parse. When ``table`` lacks
+    ``extra`` (left out: module docstring), ``extra_check`` says which rows fault it (None: the
+    values are known to parse)."""
     vocab = S.Vocabulary(out.label_space, out.backgrounds)
     n = table.num_rows
     if n == 0:
         return
+    in_table = usable if "extra" in table.column_names else usable - {"extra"}
     if deep:
         suspect = np.ones(n, dtype=bool)
-    elif parse_extra:
-        suspect = rowscan.suspect_rows(table, usable, vocab)
     else:
-        suspect = rowscan.suspect_rows(table, usable, vocab, parse_extra=False)
+        suspect = rowscan.suspect_rows(table, in_table, vocab, parse_extra=parse_extra)
+        if extra_check is not None:
+            suspect |= extra_check.bad
     found: list[ValidationProblem] = []
-    _check_suspect_rows(root, table, usable, out, np.flatnonzero(suspect), found, deep=deep)
+    _check_suspect_rows(root, table, in_table, out, np.flatnonzero(suspect), found, deep=deep,
+                        extra=None if in_table == usable else extra_check)
     if not deep:
-        _check_plain_files(root, table, usable, ~suspect, found, cached_files=cached_files)
+        _check_plain_files(root, table, in_table, ~suspect, found, cached_files=cached_files)
     found.sort(key=lambda p: p.row if p.row is not None else -1)
     out.problems.extend(found)
 
@@ -347,8 +405,10 @@ def _first_rows(column: pa.ChunkedArray, values: set[str]) -> dict[str, int]:
 
 
 def _check_suspect_rows(root: Path, table: pa.Table, usable: set[str], out: Inspection, rows: np.ndarray,
-                        found: list[ValidationProblem], *, deep: bool) -> None:
-    """The exact per-row checks (the wording of every row problem) on ``rows`` only."""
+                        found: list[ValidationProblem], *, deep: bool, extra: ExtraCheck | None = None) -> None:
+    """The exact per-row checks (the wording of every row problem) on ``rows`` only. ``extra``:
+    what streaming the column found when the table lacks it (a row it did not fault has a JSON
+    object there, which the check passes like ``{}``)."""
     if len(rows) == 0:
         return
     vocab = S.Vocabulary(out.label_space, out.backgrounds)
@@ -365,6 +425,9 @@ def _check_suspect_rows(root: Path, table: pa.Table, usable: set[str], out: Insp
     subset = table.select(sorted(usable)).take(pa.array(rows))
     sub = {name: subset.column(name).to_pylist() for name in usable}
     cols: dict[str, _RowView] = {name: _RowView(rows, values) for name, values in sub.items()}
+    if extra is not None:
+        usable = usable | {"extra"}
+        cols["extra"] = _RowView(rows, [extra.values.get(row, "{}") for row in rows.tolist()])
     ids = sub.get("sample_id")
 
     def add(row: int, column: str | None, message: str) -> None:
