@@ -25,13 +25,30 @@ on what it did (counts). Stages, in the order a user runs them:
    ``curate-tiny-vit``) and a timm test classifier (``timm:test_vit``) of several seeds, cycled
    until ``--runs`` runs exist.
 6. **compare**, **report**, **audit** (every check, the first trained CLIP).
-7. **fiftyone push** / **fiftyone pull** of every sample, against a private offline ``mongod``
+7. **explain**: ``curate explain`` (``curate.stages.explain.explain``) with the first trained CLIP,
+   the CLI's defaults: GradCAM maps of the true class, 1 vs 1000, SSS and RMA on the exact masks,
+   by easy / hard. Every photo by default (~3.5 ms of CPU a photo at 48 px, ~1 min at 13,000);
+   ``--explain-limit N`` keeps the first N photos of each class.
+8. **discover**: ``curate discover`` (``curate.stages.discover.discover``) with the first trained
+   CLIP and the CLI's defaults: background embeddings with the object removed (every photo has an
+   exact mask), groups per class on two halves, 2,000 permutations, FDR 0.1. Correctness comes
+   from that CLIP's finished evaluate run (``--predictions``), as a user who ran ``evaluate``
+   first would pass it; without one (evaluate skipped) the stage evaluates the CLIP itself.
+9. **intervene make** / **evaluate** / **attribution**: ``curate intervene`` with every variant
+   (only-fg, no-fg, only-bg, mixed-same / rand / next, swap, paste, noise-fg / bg and 8
+   adversarial backgrounds: ~19 images a photo) into a new folder, ``curate evaluate`` of that
+   folder with the first trained CLIP (1 vs 1000), and ``curate attribution``: the drop, its
+   background part and the rest, with paired bootstrap intervals. Only easy / hard photos are
+   used (~30% here), at most ``--intervene-per-cell`` of them per (class, group) (``--per-cell``;
+   default 50, which keeps the scarce hard photos and trims the easy ones; 0 = every photo).
+   Uncapped, 13,000 photos would make ~74,000 images, ~2 min of CPU to make and ~2 min to evaluate.
+10. **fiftyone push** / **fiftyone pull** of every sample, against a private offline ``mongod``
    (``.services/mongodb``, as the test suites start it); skipped with a printed reason when the
    services are not provisioned (``make services``).
-8. **labelstudio start** / **push** / **pull** of every sample (``all_samples=True``), against a
+11. **labelstudio start** / **push** / **pull** of every sample (``all_samples=True``), against a
    Label Studio server on 127.0.0.1 started as the tests do (``.services/labelstudio-venv``), with
    the local-files document root set to the work folder.
-9. **publish**: ``write_hub_folder`` to a local Hub folder (every sample, split or not).
+12. **publish**: ``write_hub_folder`` to a local Hub folder (every sample, split or not).
 
 CPU time is user + system of this process and its threads, plus the CPU time the stage's child
 processes used (decoding workers, ``mongod``, the Label Studio server; read with psutil while they
@@ -74,8 +91,8 @@ try:
 except ImportError:  # peak RSS then falls back to ru_maxrss (this process, whole run)
     psutil = None
 
-STAGES = ("build", "train", "backgrounds", "split", "evaluate", "compare", "report", "audit", "fiftyone",
-          "labelstudio", "publish")
+STAGES = ("build", "train", "backgrounds", "split", "evaluate", "compare", "report", "audit", "explain", "discover",
+          "intervene", "fiftyone", "labelstudio", "publish")
 #: Random-weight models cycled after the trained CLIPs (name, what it is).
 #: timm's test_resnet is left out: 160 px input, ~30 ms a photo here (6.5 min a run at 13,000 photos).
 RANDOM_MODELS = ("curate-tiny-clip-rn", "curate-tiny-clip", "curate-tiny-rn", "curate-tiny-vit", "timm:test_vit")
@@ -378,6 +395,8 @@ def rehearse(args: argparse.Namespace, work: Path) -> list[Row]:
             if isinstance(model, tuple):
                 model = curate.load_model(model[0], None, device="cpu", seed=model[1])
             run = evaluate_stage(root, model, settings, run_name=f"eval-{i:02d}-{label}", overwrite=True)
+            if i == 0 and label == "trained-seed0":  # the reference CLIP's run: discover's --predictions
+                state["reference_eval"] = run.name
             per_run.append((label, time.perf_counter() - start, _rusage(resource.RUSAGE_SELF) - cpu0))
             try:
                 accuracy = f"easy {100 * run.group('easy').acc1:.1f} hard {100 * run.group('hard').acc1:.1f}"
@@ -410,6 +429,106 @@ def rehearse(args: argparse.Namespace, work: Path) -> list[Row]:
         run = audit_stage(root, reference(), AuditSettings(device="cpu"), run_name="audit-rehearsal", overwrite=True)
         tagged = sum(1 for r in state["ds"].__class__.open(root).rows() if any(t.startswith("suspect:") for t in r["tags"] or []))
         return f"checks {', '.join(run.checks)} on {run.dataset.get('samples', '?'):,} photos; {tagged:,} photos pre-tagged suspect:*"
+
+    def explain() -> str:
+        from curate.stages.explain import ExplainSettings
+        from curate.stages.explain import explain as explain_stage
+        from curate.store import Dataset
+
+        # the first --explain-limit photos of each class with a mask, in the folder's order
+        limit = args.explain_limit or None
+        taken: dict[int, int] = {}
+        chosen = []
+        for r in Dataset.open(root).rows(status=["accepted", "candidate"]):
+            if r["mask_path"] is None or r["class_index"] is None:
+                continue
+            c = int(r["class_index"])
+            if limit is None or taken.get(c, 0) < limit:
+                taken[c] = taken.get(c, 0) + 1
+                chosen.append(r["sample_id"])
+        settings = ExplainSettings(method="gradcam", target="true", label_space="dataset", device="cpu",
+                                   sample_ids=tuple(chosen) if limit else None)
+        run = explain_stage(root, reference(), settings, run_name="explain-rehearsal", overwrite=True)
+        cap = f"at most {limit} a class" if limit else "every photo"
+        parts = "; ".join(f"{part} SSS {g.sss.mean:.3f} RMA {g.rma.mean:.3f} (uniform {g.sss_uniform:.3f}, n {g.n})"
+                          for part, g in run.groups.items())
+        nan = f"; NaN maps {run.nan_count} ({', '.join(f'{k} {v}' for k, v in run.nan_reasons.items())})" \
+            if run.nan_count else ""
+        skipped = f"; {run.skipped_count} skipped" if run.skipped_count else ""
+        return (f"{run.method} @ {run.layer}, target {run.target}, 1 vs {run.config.get('num_classes_scored')}: "
+                f"{run.n_images:,} photos ({cap}), {run.n_predictions:,} maps, {run.mask_line}; "
+                f"SSS {run.overall.sss.mean:.3f} overall; {parts}{nan}{skipped}")
+
+    def discover() -> str:
+        from curate.stages.discover import DiscoverSettings
+        from curate.stages.discover import discover as discover_stage
+
+        predictions = (state["reference_eval"],) if state.get("reference_eval") else ()
+        settings = DiscoverSettings(device="cpu", predictions=predictions)
+        record = discover_stage(root, reference(), settings, run_name="discover-rehearsal", overwrite=True)
+        c = record.counts
+        proposed = record.proposed
+        best = max(proposed, key=lambda g: g.gap, default=None)
+        headline = (f"; largest gap {best.gap:+.1f} points [{best.gap_low:+.0f}, {best.gap_high:+.0f}] "
+                    f"({best.group_id}, {best.size} photos, q {best.q_value:.3f}, labelled as {best.labelled_as} "
+                    f"{100 * best.labelled_share:.0f}%, named '{best.top_name}')" if best else "")
+        without = ", ".join(f"{v} {k}" for k, v in (c.get("classes_without_groups") or {}).items())
+        left = ", ".join(f"{v} {k}" for k, v in (c.get("left_out") or {}).items())
+        source = f"predictions {predictions[0]}" if predictions else "the CLIP evaluated now (discover-ref-*)"
+        return (f"{c.get('grouped', 0):,} of {c.get('photos', 0):,} photos grouped in {c.get('classes', 0)} classes "
+                f"(embedding {c.get('methods')}; correctness from {source}); {c.get('groups', 0)} groups, "
+                f"{c.get('significant', 0)} significant at FDR {record.fdr:g} ({c.get('significant_new', 0)} new)"
+                f"{'; without groups: ' + without if without else ''}{'; left out: ' + left if left else ''}{headline}")
+
+    out_dir = work / "interventions"
+
+    def intervene_make() -> str:
+        from curate.stages.intervene import InterveneSettings
+        from curate.stages.intervene import intervene as intervene_stage
+
+        settings = InterveneSettings(per_cell=args.intervene_per_cell or None)
+        record = intervene_stage(root, out_dir, settings, run_name="intervene", overwrite=True)
+        state["intervened"] = True
+        c = record.counts
+        groups = c.get("by_group") or {}
+        skipped = ", ".join(f"{v} {k}" for k, v in (c.get("skipped_sources") or {}).items())
+        missing = ", ".join(f"{v} {k}" for k, v in (c.get("not_planned") or {}).items())
+        mib = sum(f.stat().st_size for f in out_dir.rglob("*") if f.is_file()) / 2**20
+        cap = f"at most {args.intervene_per_cell} per (class, group)" if args.intervene_per_cell else "every photo"
+        return (f"{c.get('sources', 0):,} photos ({cap}: {groups.get('easy', 0)} easy, {groups.get('hard', 0)} hard, "
+                f"{c.get('classes', 0)} classes) -> {c.get('images', 0):,} images ({len(c.get('variants') or {})} "
+                f"variants: {', '.join(f'{k} {v}' for k, v in (c.get('variants') or {}).items())}), folder {mib:.0f} MiB"
+                f"{'; skipped ' + skipped if skipped else ''}{'; not planned ' + missing if missing else ''}")
+
+    def intervene_evaluate() -> str:
+        from curate.stages.evaluate import EvalSettings
+        from curate.stages.evaluate import evaluate as evaluate_stage
+
+        if not state.get("intervened"):
+            raise SkipStage("no intervention folder")
+        run = evaluate_stage(out_dir, reference(), EvalSettings(device="cpu", label_space="imagenet1k"),
+                             run_name="eval-reference", overwrite=True)
+        state["intervention_eval"] = run.name
+        n = len(run.correct1_by_sample())
+        return f"the first trained CLIP on the {n:,} intervention images (1 vs 1000, bootstrap 1000)"
+
+    def intervene_attribution() -> str:
+        from curate.stages.attribution import AttributionSettings, attribution
+
+        if not state.get("intervention_eval"):
+            raise SkipStage("the intervention folder was not evaluated")
+        record = attribution(out_dir, [state["intervention_eval"]], AttributionSettings(),
+                             run_name="attribution-rehearsal", overwrite=True)
+        m = record.models[0]
+
+        def fig(name: str) -> str:
+            low, high = m.interval(name)
+            return f"{100 * m.value(name):+.1f} [{100 * low:+.1f}, {100 * high:+.1f}]"
+
+        return (f"drop D {fig('drop')} points = background B {fig('background_part')} + rest {fig('rest')} "
+                f"({m.classes_used} classes); paste control {fig('paste_cost')}; only-FG "
+                f"{100 * m.value('only_fg'):.1f}%, BG-gap {100 * m.value('bg_gap'):+.1f}; {len(m.flagged)} classes "
+                f"flagged (paste control > 5 points); bootstrap 1000")
 
     services: dict[str, Any] = {}
 
@@ -509,6 +628,11 @@ def rehearse(args: argparse.Namespace, work: Path) -> list[Row]:
         stage("compare", compare)
         stage("report", report)
         stage("audit", audit)
+        stage("explain", explain)
+        stage("discover", discover)
+        stage("intervene make", intervene_make)
+        stage("intervene evaluate", intervene_evaluate)
+        stage("intervene attribution", intervene_attribution)
         stage("fiftyone start", fiftyone_start)
         stage("fiftyone push", fiftyone_push)
         stage("fiftyone pull", fiftyone_pull)
@@ -562,6 +686,10 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=48, help="photo side in px (default 48)")
     parser.add_argument("--p", type=float, default=0.6, help="share of a class's photos on its common background")
     parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
+    parser.add_argument("--explain-limit", type=int, default=0,
+                        help="explain: at most N photos per class (default 0 = every photo)")
+    parser.add_argument("--intervene-per-cell", type=int, default=50,
+                        help="intervene: at most N photos per (class, group) (default 50; 0 = every photo)")
     parser.add_argument("--skip", default="", help=f"comma-separated stages to skip, of: {', '.join(STAGES)}")
     parser.add_argument("--small", action="store_true", help="900 photos, 9 classes, 4 runs, 30 steps: a few minutes")
     parser.add_argument("--keep", type=Path, help="work here and keep the folder (default: a temporary folder, removed)")
