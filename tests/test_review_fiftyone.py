@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from review_helpers import RUN, changed_fields, review_world, table_of, write_audit_run
+from review_helpers import RUN, changed_fields, proposal_world, review_world, table_of, write_audit_run, write_run
 from service_fixtures import connect_fiftyone
 
 from curate.cli import main
@@ -123,6 +123,186 @@ def test_suspect_views_are_sorted_by_the_audit_scores(fo, world) -> None:
         shutil.rmtree(world.root / "runs" / run)
     push_fiftyone(world.root, name=name)
     assert not {audit_field("label"), audit_field("clarity")} & set(fo.load_dataset(name).get_field_schema())
+
+
+# ---------------------------------------------------------------------------------------------
+# the run fields are written in bulk (issue 29 §1): the dataset is the one a Sample-per-row push made
+# ---------------------------------------------------------------------------------------------
+
+
+def _odd_run(ds, name: str, *, every: int = 3) -> None:
+    """An evaluation run that skips every ``every``-th sample and has the awkward predictions: 7
+    labels (top5 keeps 5), an index outside the label space (shown as "1234"), a top-1 only, and
+    no scores (confidence null)."""
+    import pyarrow as pa
+
+    from curate.runs import EvaluationRun
+
+    rows = [r for i, r in enumerate(ds.rows()) if i % every]
+    labels = [[r["class_index"], 1234, 5, 6, 7, 8, 9] if i % 2 else [(r["class_index"] + 3) % 1000]
+              for i, r in enumerate(rows)]
+    scores = [[0.5, 0.2, 0.1, 0.05, 0.04, 0.03, 0.02] if i % 2 else ([] if i % 4 == 0 else [0.9])
+              for i in range(len(rows))]
+    table = pa.table({
+        "sample_id": [r["sample_id"] for r in rows], "class_index": pa.array([r["class_index"] for r in rows], pa.int32()),
+        "group": [r["group"] for r in rows], "background": [r["background"] for r in rows],
+        "topk_labels": pa.array(labels, pa.list_(pa.int32())), "topk_scores": pa.array(scores, pa.list_(pa.float32())),
+        "correct1": [lab[0] == r["class_index"] for lab, r in zip(labels, rows)], "correct5": [True] * len(rows)})
+    EvaluationRun(model={"name": "odd", "model_id": "odd", "family": "clip"}, label_space={"name": "imagenet1k"},
+                  prompts={}, settings={}, dataset={}, metrics={}, predictions_table=table).write(ds.root / "runs" / name)
+
+
+def _sample_by_sample_push(fo, ds, name: str) -> None:
+    """The fields a push wrote before its run fields were written in bulk (issue 29 §1; the
+    field-writing part of that push_fiftyone, verbatim): a ``fo.Sample`` per new row with every
+    field, one ``fo.Classification`` per run among them, ``add_samples``; for rows pushed before,
+    ``set_values`` of every field keyed by ``sample_id``; stale samples and fields deleted."""
+    from curate.review.fiftyone import (
+        _sample_values,
+        declare_fields,
+        previous_audit_fields,
+        previous_run_fields,
+        read_audit_scores,
+        read_runs,
+    )
+    from curate.review.vocabulary import TagVocabulary
+
+    vocab = TagVocabulary.load()
+    runs, audits = read_runs(ds), read_audit_scores(ds)
+    exists = name in fo.list_datasets()
+    dataset = fo.load_dataset(name) if exists else fo.Dataset(name)
+    declare_fields(fo, dataset, runs, audits)
+    rows = ds.rows()
+    known = dict(zip(dataset.values("sample_id"), dataset.values("id"))) if exists else {}
+    stale = [fid for sid, fid in known.items() if sid not in {r["sample_id"] for r in rows}]
+    if stale:
+        dataset.delete_samples(stale)
+    new_samples, updates = [], {}
+    for row in rows:
+        values = _sample_values(fo, ds, row, vocab, runs, audits)
+        if row["sample_id"] in known:
+            updates[row["sample_id"]] = values
+        else:
+            sample = fo.Sample(filepath=str(ds.image_path(row)),
+                               metadata=fo.ImageMetadata(width=int(row["width"]), height=int(row["height"])))
+            for key, value in values.items():
+                sample[key] = value
+            new_samples.append(sample)
+    if new_samples:
+        dataset.add_samples(new_samples, progress=False)
+    if updates:
+        for key in next(iter(updates.values())):
+            if key == "sample_id":
+                continue
+            dataset.set_values(key, {sid: v[key] for sid, v in updates.items()}, key_field="sample_id", progress=False)
+    for old in (previous_run_fields(dataset) - {r.field for r in runs}):
+        dataset.delete_sample_field(old)
+    for old in (previous_audit_fields(dataset) - {a.field for a in audits}):
+        dataset.delete_sample_field(old)
+    dataset.add_dynamic_sample_fields()
+
+
+_NOT_COMPARED = ("_id", "_rand", "_dataset_id", "created_at", "last_modified_at")  # per dataset, per write
+
+
+def _stored(fo, name: str) -> dict[str, dict]:
+    """sample_id -> the sample's MongoDB document as stored, ids and times aside (labels: ``_id``
+    aside, their keys in stored order, so a layout change shows)."""
+
+    def strip(value):
+        if isinstance(value, dict):
+            return [(k, strip(v)) for k, v in value.items() if k != "_id"]
+        if isinstance(value, list):
+            return [strip(v) for v in value]
+        return value
+
+    docs = fo.load_dataset(name)._sample_collection.find()  # the raw documents: a None stored and a field unset differ
+    return {d["sample_id"]: {k: strip(v) for k, v in d.items() if k not in _NOT_COMPARED} for d in docs}
+
+
+def _assert_same_datasets(fo, pushed: str, reference: str, ds) -> None:
+    from curate.review.fiftyone import build_view, read_runs
+    from curate.review.views import expand_views, load_views
+
+    got, want = _stored(fo, pushed), _stored(fo, reference)
+    assert set(got) == set(want) == set(ds.sample_ids())
+    for sid in want:
+        assert got[sid] == want[sid], sid
+    a, b = fo.load_dataset(pushed), fo.load_dataset(reference)
+    assert {k: str(v) for k, v in a.get_field_schema(flat=True).items()} == \
+        {k: str(v) for k, v in b.get_field_schema(flat=True).items()}
+    runs = read_runs(ds)
+    for spec in expand_views(load_views(), [r.name for r in runs]):  # the saved views select what they did
+        assert a.load_saved_view(spec.name).values("sample_id") == build_view(fo, b, spec, runs).values("sample_id"), \
+            spec.name
+
+
+def test_push_writes_the_fields_a_sample_by_sample_push_wrote(fo, tmp_path) -> None:
+    import shutil
+
+    from curate.collect.synthetic import WorldSpec, classes_by_name, collect_synthetic
+    from curate.review.fiftyone import pull_fiftyone, push_fiftyone, read_runs, run_field
+
+    ds, _ = proposal_world(tmp_path / "world")
+    time.sleep(0.02)  # runs are ordered by folder mtime
+    _odd_run(ds, "eval-odd")
+    write_audit_run(ds, "audit-a", {"label": np.linspace(0, 1, len(ds))}, tag_top=3)
+    # the runs as read: class names looked up once per push, as name_of gives them (an unknown index as digits)
+    odd = next(r for r in read_runs(ds) if r.name == "eval-odd")
+    rows = ds.rows()
+    assert len(odd.by_sample) == len([i for i in range(len(rows)) if i % 3])
+    deep = odd.by_sample[rows[2]["sample_id"]]
+    assert deep["top5"] == [rows[2]["class_name"], "1234", *(ds.label_space.name_of(i) for i in (5, 6, 7))]
+    assert deep["label"] == rows[2]["class_name"] and deep["correct"] is True and deep["confidence"] == pytest.approx(0.5)
+    assert odd.by_sample[rows[1]["sample_id"]]["confidence"] is None
+    name, reference = _name(), _name()
+    push_fiftyone(ds.root, name=name)
+    _sample_by_sample_push(fo, ds, reference)
+    _assert_same_datasets(fo, name, reference, ds)
+    sample = _sample(fo, fo.load_dataset(name), rows[2]["sample_id"])
+    assert isinstance(sample[run_field("eval-odd")], fo.Classification) and sample[run_field("eval-odd")].top5[1] == "1234"
+    assert _sample(fo, fo.load_dataset(name), rows[0]["sample_id"])[run_field("eval-odd")] is None
+    report = pull_fiftyone(ds.root, name=name)
+    assert not report.applied and not report.problems and not report.conflicts
+    # a re-push after a run was removed, one added, one rewritten on other samples, rows added,
+    # and a sample that is not in the folder (added in FiftyOne; --force discards it)
+    shutil.rmtree(ds.root / "runs" / RUN)
+    time.sleep(0.02)
+    write_run(ds, "eval-new")
+    _odd_run(ds, "eval-odd", every=2)
+    collect_synthetic(ds.root, WorldSpec(classes=classes_by_name(["polar bear"]), backgrounds=("snow", "water", "sky"),
+                                         per_class=3, image_size=32, seed=9))
+    for target in (name, reference):
+        fo.load_dataset(target).add_sample(fo.Sample(filepath=str(tmp_path / "x.png"), sample_id="not-in-the-folder"))
+    result = push_fiftyone(ds.root, name=name, force=True)
+    _sample_by_sample_push(fo, ds, reference)
+    assert (result.added, result.updated, result.deleted, result.runs) == (3, len(rows), 1, ["eval-new", "eval-odd"])
+    assert run_field(RUN) not in fo.load_dataset(name).get_field_schema()
+    _assert_same_datasets(fo, name, reference, ds)
+    report = pull_fiftyone(ds.root, name=name)
+    assert not report.applied and not report.problems and not report.conflicts
+
+
+def test_prediction_documents_are_the_classifications_fiftyone_stores(fo, monkeypatch) -> None:
+    import curate.review.fiftyone as fiftyone
+    from curate.review.fiftyone import RunPredictions, prediction_document, prediction_writer
+
+    preds = [{"label": "vulture", "class_index": 23, "top5": ["vulture", "1234"], "correct": True, "confidence": 0.25},
+             {"label": "vulture", "class_index": 23, "top5": ["vulture"], "correct": False, "confidence": None}]
+    for pred in preds:
+        theirs, ours = dict(fo.Classification(**pred).to_mongo()), prediction_document(pred)
+        assert type(ours["_id"]) is type(theirs.pop("_id")) and ours.pop("_id") != prediction_document(pred)["_id"]
+        assert list(ours.items()) == list(theirs.items())
+    runs = [RunPredictions("r", "pred_r", {"a": preds[0]})]
+    make, validate = prediction_writer(fo, runs)
+    assert validate is False
+    for pred in preds:
+        made, theirs = make(pred), dict(fo.Classification(**pred).to_mongo())
+        assert isinstance(made, dict) and made.pop("_id") and theirs.pop("_id") and list(made.items()) == list(theirs.items())
+    # a FiftyOne that stores a Classification otherwise: Classification objects, validated
+    monkeypatch.setattr(fiftyone, "prediction_document", lambda pred: {"_cls": "Classification", "label": pred["label"]})
+    make, validate = prediction_writer(fo, runs)
+    assert validate is True and isinstance(make(preds[1]), fo.Classification) and make(preds[1]).confidence is None
 
 
 def test_round_trip_without_edits_changes_nothing(fo, world) -> None:

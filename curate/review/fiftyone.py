@@ -205,6 +205,15 @@ def read_runs(ds: Dataset) -> list[RunPredictions]:
     """The evaluation runs of ``DIR/runs/`` (oldest first), read through their typed record
     (:class:`curate.runs.EvaluationRun`); a run that cannot be read is logged and skipped."""
     out: list[RunPredictions] = []
+    names: dict[int, str] = {}  # index -> class name, looked up once per push (not per label)
+
+    def name_of(index: int) -> str:
+        try:
+            return names[index]
+        except KeyError:
+            names[index] = _class_name(ds, index)
+            return names[index]
+
     for run_dir, record in iter_runs(ds.root, "evaluate"):
         try:
             if isinstance(record, Exception):
@@ -218,8 +227,8 @@ def read_runs(ds: Dataset) -> list[RunPredictions]:
         for sid, labels, score, correct in zip(table["sample_id"], table["topk_labels"], scores, table["correct1"]):
             if not labels:
                 continue
-            names = [_class_name(ds, i) for i in labels]
-            by_sample[sid] = {"label": names[0], "class_index": int(labels[0]), "top5": names[:5],
+            top = [name_of(i) for i in labels[:5]]
+            by_sample[sid] = {"label": top[0], "class_index": int(labels[0]), "top5": top,
                               "correct": bool(correct), "confidence": float(score[0]) if score else None}
         out.append(RunPredictions(run_dir.name, run_field(run_dir.name), by_sample))
     return out
@@ -266,6 +275,48 @@ def _class_name(ds: Dataset, index: int) -> str:
         return ds.label_space.name_of(int(index))
     except UnknownClassError:
         return str(index)
+
+
+def prediction_document(pred: Mapping[str, Any], object_id: Callable[[], Any] | None = None) -> dict[str, Any]:
+    """The MongoDB document FiftyOne stores for ``fo.Classification(**pred)`` (a run's prediction
+    of one sample), built as a plain dict: ``_id`` (a new label id, ``object_id()``, default
+    ``bson.ObjectId``), ``_cls``, ``tags``, the declared fields ``label`` and ``confidence``
+    (left out when None, as FiftyOne leaves it), then the dynamic attributes ``class_index``,
+    ``top5``, ``correct``. A push writes these with ``set_values(..., validate=False)`` instead
+    of building hundreds of thousands of ``Classification`` objects; :func:`prediction_writer`
+    checks the layout against FiftyOne's own first."""
+    if object_id is None:
+        from bson import ObjectId as object_id
+    doc: dict[str, Any] = {"_id": object_id(), "_cls": "Classification", "tags": [], "label": pred["label"]}
+    if pred.get("confidence") is not None:
+        doc["confidence"] = pred["confidence"]
+    doc["class_index"] = pred["class_index"]
+    doc["top5"] = list(pred["top5"])
+    doc["correct"] = pred["correct"]
+    return doc
+
+
+def prediction_writer(fo: Any, runs: Sequence[RunPredictions]) -> tuple[Callable[[Mapping[str, Any]], Any], bool]:
+    """How a push turns a run's prediction into the value it writes: ``(make, validate)``.
+
+    :func:`prediction_document`, not validated, when on a prediction of these runs (with its
+    confidence and without) it equals what this FiftyOne stores for ``fo.Classification(**pred)``,
+    keys in the same order, ``_id`` aside; otherwise (a FiftyOne that stores labels otherwise)
+    ``fo.Classification`` objects, validated, as pushes made them before."""
+    from functools import partial
+
+    from bson import ObjectId
+
+    pred = next((p for run in runs for p in run.by_sample.values()), None)
+    for probe in ([pred, {**pred, "confidence": None}] if pred is not None else []):
+        theirs = dict(fo.Classification(**probe).to_mongo())
+        ours = prediction_document(probe)
+        theirs.pop("_id", None), ours.pop("_id", None)
+        if list(theirs.items()) != list(ours.items()):
+            log.warning("this FiftyOne stores a Classification as %r, not %r: building Classification objects",
+                        theirs, ours)
+            return (lambda p: fo.Classification(**p)), True
+    return partial(prediction_document, object_id=ObjectId), False
 
 
 def view_units(row: Mapping[str, Any], tags: Sequence[str], vocab: TagVocabulary, mask_abspath: str | None) -> dict[str, Any]:
@@ -466,34 +517,48 @@ def push_fiftyone(
     stale = [fid for sid, fid in known.items() if sid not in folder_ids]
     if stale:
         dataset.delete_samples(stale)
-    new_samples: list[Any] = []
+    new_values: list[dict[str, Any]] = []
     updates: dict[str, dict[str, Any]] = {}
     snapshot = Snapshot(backend=BACKEND, target={"dataset": fo_name, "root": str(ds.root)}, pushed_at=now_iso(),
                         path=snap_path)
     for done, row in enumerate(rows, 1):
-        values = _sample_values(fo, ds, row, vocab, runs, audits)
-        image = ds.image_path(row)
+        values = _sample_values(fo, ds, row, vocab, (), audits)  # the run fields are written per run below
         mask = values["mask"].mask_path if values["mask"] is not None else None
         snapshot.samples[row["sample_id"]] = {"folder": folder_units(ds, row),
                                               "view": view_units(row, values["tags"], vocab, mask)}
         if row["sample_id"] in known:
             updates[row["sample_id"]] = values
         else:
-            sample = fo.Sample(filepath=str(image),
-                               metadata=fo.ImageMetadata(width=int(row["width"]), height=int(row["height"])))
-            for key, value in values.items():
-                sample[key] = value
-            new_samples.append(sample)
+            values["filepath"] = str(ds.image_path(row))
+            values["metadata"] = fo.ImageMetadata(width=int(row["width"]), height=int(row["height"]))
+            new_values.append(values)
         if progress is not None:
             progress(done, total)
-    if new_samples:
-        dataset.add_samples(new_samples, progress=False)
+    fo_ids = dict(known)  # sample_id -> FiftyOne id, of every row of the folder
+    if new_values:
+        # a generator: no Sample outlives its batch (FiftyOne reloads in-memory samples on set_values)
+        added = dataset.add_samples(_new_samples(fo, new_values), progress=False, num_samples=len(new_values))
+        fo_ids.update(zip((v["sample_id"] for v in new_values), added))
     if updates:
-        # every field of every row, keyed by sample_id (a new run's field is declared by its first value)
+        # every field of every row, keyed by FiftyOne id
         for key in next(iter(updates.values())):
             if key == "sample_id":
                 continue
-            dataset.set_values(key, {sid: v[key] for sid, v in updates.items()}, key_field="sample_id", progress=False)
+            dataset.set_values(key, {fo_ids[sid]: v[key] for sid, v in updates.items()}, key_field="id", progress=False)
+    make, validate = prediction_writer(fo, runs)
+    for run in runs:
+        # one bulk write per run: every prediction, and null for a sample pushed before that the
+        # run did not predict (a new sample's field stays unset, as FiftyOne stores a Sample's None)
+        preds = run.by_sample
+        values = {}
+        for row in rows:
+            sid = row["sample_id"]
+            if sid in preds:
+                values[fo_ids[sid]] = make(preds[sid])
+            elif sid in known:
+                values[fo_ids[sid]] = None
+        if values:
+            dataset.set_values(run.field, values, key_field="id", validate=validate, progress=False)
     for old in (previous_run_fields(dataset) - {r.field for r in runs}):
         dataset.delete_sample_field(old)
     for old in (previous_audit_fields(dataset) - {a.field for a in audits}):
@@ -507,11 +572,21 @@ def push_fiftyone(
     dataset.description = f"curate dataset folder {ds.root}. {_guideline_summary()}".strip()
     dataset.save()
     snapshot.save(ds)
-    result = PushResult(fo_name, total, len(new_samples), len(updates), len(stale), made, [r.name for r in runs],
+    result = PushResult(fo_name, total, len(new_values), len(updates), len(stale), made, [r.name for r in runs],
                         snap_path, proposals=sum(proposal_of(r) is not None for r in rows))
     log.info("pushed %s to FiftyOne dataset %r: %d added, %d updated, %d deleted, %d views", ds.root, fo_name,
              result.added, result.updated, result.deleted, len(made))
     return result
+
+
+def _new_samples(fo: Any, new_values: Sequence[Mapping[str, Any]]) -> Any:
+    """A ``fo.Sample`` per row's values (``filepath`` and ``metadata`` included), one at a time."""
+    for values in new_values:
+        sample = fo.Sample(filepath=values["filepath"], metadata=values["metadata"])
+        for key, value in values.items():
+            if key not in ("filepath", "metadata"):
+                sample[key] = value
+        yield sample
 
 
 def declare_fields(fo: Any, dataset: Any, runs: Sequence[RunPredictions], audits: Sequence[AuditScores] = ()) -> None:
