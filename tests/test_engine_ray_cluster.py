@@ -1,12 +1,16 @@
 """The Ray engine on a real two-node cluster on loopback (issue 29 §3).
 
 One ``ray.cluster_utils.Cluster`` for the module: a head and a second node, 1 CPU each (the
-smallest nodes: the old cluster-as-one-pool sizing hung there). ``evaluate`` runs through the
-stage with the cluster's address: batches are encoded on both nodes (their node ids come back
-with the batches: Ray's state API needs the dashboard, which ``ray[data]`` does not install),
-the predictions equal the local engine's, and the second node killed mid-run leaves a run that
-finishes on the head, encodes every image once and leaves a valid dataset folder. The last test
-kills the node, so it runs last."""
+smallest nodes: the old cluster-as-one-pool sizing hung there). ``evaluate`` (through the stage)
+and ``explain`` (through the CLI, ``--ray-address``) run with the cluster's address: batches are
+computed on both nodes and the results equal the local engine's; the second node killed mid-run
+leaves a run that finishes on the head, encodes every image once and leaves a valid dataset
+folder. The node-kill test runs after every other test that needs both nodes.
+
+Where the work ran is shown twice: the node id each batch comes back with (the engine's log),
+and Ray's own record, the GCS actor table (:func:`_model_actors`: node, ``max_restarts`` and
+restarts of each model actor). Ray's state API (``ray.util.state.list_actors``) would say the
+same but needs the dashboard, whose dependencies ``ray[data]`` does not install."""
 from __future__ import annotations
 
 import json
@@ -14,6 +18,7 @@ import logging
 import shutil
 import threading
 
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import torch
@@ -68,6 +73,23 @@ def _cached_ids(ds, spec) -> list[str]:
     return ids
 
 
+def _model_actors(udf: str) -> dict[str, dict]:
+    """Ray's record of the model actors that ran ``udf`` (``_Encode``, ``_RunJob``) for this
+    driver: actor id -> ``{"node", "state", "max_restarts", "restarts"}``, from the GCS actor
+    table. Private API (``ray._private.state``, Ray 2.60), so tests only: it needs no dashboard
+    (``ray.util.state`` does) and, unlike ``ray._private.state.actors()``, keeps the actor's
+    ``max_restarts``. Ray Data names each pool's actor class ``MapWorker(<operators>)``, e.g.
+    ``MapWorker(MapBatches(_RunJob))``; dead actors stay in the table with their node."""
+    from ray._private.state import state
+    from ray.core.generated import gcs_pb2
+
+    job = ray.JobID.from_hex(ray.get_runtime_context().get_job_id())
+    rows = (gcs_pb2.ActorTableData.FromString(b) for b in state._connect_and_get_accessor().get_actor_table(job, None))
+    return {r.actor_id.hex(): {"node": r.address.node_id.hex(), "state": gcs_pb2.ActorTableData.ActorState.Name(r.state),
+                               "max_restarts": r.max_restarts, "restarts": r.num_restarts}
+            for r in rows if f"MapBatches({udf})" in r.class_name}
+
+
 class _Batches(logging.Handler):
     """Collects the engine's per-batch node ids and per-attempt plans; calls ``on_batch(node)``."""
 
@@ -116,11 +138,15 @@ def test_one_cpu_nodes_spread_and_equal_the_local_engine(world, cluster, engine_
     local = evaluate(ds.root, spec, _settings(), run_name="local", overwrite=True)
     shutil.rmtree(ds.root / "features")
     log = engine_log()
+    before = _model_actors("_Encode")
     remote = evaluate(ds.root, spec, _settings(engine="ray", workers=2, ray_address=c.address), run_name="ray",
                       overwrite=True)
     assert log.plans == ["Ray engine: 50 batch(es) on 2 node(s) (1+1 CPUs), 2 actor(s) of 0.5 CPU"]
     alive = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
     assert len(log.nodes) == 50 and set(log.nodes) == alive == {c.head_node.node_id, second.node_id}
+    actors = [a for k, a in _model_actors("_Encode").items() if k not in before]  # Ray's record: one per node
+    assert sorted(a["node"] for a in actors) == sorted(alive), actors
+    assert all(a["max_restarts"] == 0 for a in actors), actors
     assert len(_cached_ids(ds, spec)) == 200
     a, b = local.run_dir, remote.run_dir
     assert pq.read_table(b / "predictions.parquet").equals(pq.read_table(a / "predictions.parquet"))
@@ -128,11 +154,73 @@ def test_one_cpu_nodes_spread_and_equal_the_local_engine(world, cluster, engine_
     assert json.dumps(m_ray, sort_keys=True) == json.dumps(m_local, sort_keys=True)
 
 
+def test_explain_spreads_and_equals_the_local_engine(world, cluster, engine_log, tmp_path) -> None:
+    """``curate explain --engine ray --workers 2 --ray-address HOST:PORT``: 24 masked images in
+    batches of 1, one ``_RunJob`` actor per node (Ray's actor table) and batches back from both;
+    tables, summary (less timing) and saved maps equal the local engine's exactly (same batches,
+    fp32 on CPU, every actor on the driver's torch thread count).
+
+    Why 24 batches: with a handful, one actor can take them all. Decoding is the bottleneck here
+    (a decode task waits for its node's free 0.5 CPU, ~2 s on average on this loaded 2-core
+    machine; a tiny-ViT batch takes ~0.1 s), so the first actor is often idle again when the
+    next batch is ready, and Ray Data's pool hands work to the least busy actor, equally idle
+    ones in a fixed order (a heap of in-flight counts); its locality rule did not help either
+    (one run decoded 5 of 6 batches on the second node, and the head's actor ran all 6: the
+    small decoded batches have no object-store location). 6 batches of 2 came back from one
+    node in 5 of 15 runs, 12 batches of 2 split 11 + 1 once; 24 batches of 1 split between
+    8 + 16 and 12 + 12 in 5 of 5 runs (and in every run of this test since)."""
+    from click.testing import CliRunner
+
+    from curate.cli import main
+    from curate.collect.synthetic import DEFAULT_CLASSES, WorldSpec, collect_synthetic
+    from curate.runs.explain import ExplainRun
+
+    c, second = cluster
+    _, spec = world
+    root = tmp_path / "masked"
+    collect_synthetic(root, WorldSpec(classes=DEFAULT_CLASSES[:2], per_class=12, image_size=32, seed=5, p=0.9))
+    runner = CliRunner()
+    base = ["explain", str(root), "--model", spec.name, "--pretrained", spec.pretrained, "--target", "topk:2",
+            "--batch-size", "1", "--device", "cpu", "--save-maps"]
+    local = runner.invoke(main, [*base, "--run-name", "local"])
+    assert local.exit_code == 0, local.output
+    log = engine_log()
+    before = _model_actors("_RunJob")
+    remote = runner.invoke(main, [*base, "--run-name", "ray", "--engine", "ray", "--workers", "2",
+                                  "--ray-address", c.address])
+    assert remote.exit_code == 0, remote.output
+    assert log.plans == ["Ray engine: 24 batch(es) on 2 node(s) (1+1 CPUs), 2 actor(s) of 0.5 CPU"]
+    both = {c.head_node.node_id, second.node_id}
+    assert len(log.nodes) == 24 and set(log.nodes) == both, log.nodes
+    actors = [a for k, a in _model_actors("_RunJob").items() if k not in before]
+    assert sorted(a["node"] for a in actors) == sorted(both), actors
+    assert all(a["max_restarts"] == 0 and a["restarts"] == 0 for a in actors), actors
+    runs = root / "runs"
+    a, b = ExplainRun.load(runs / "local"), ExplainRun.load(runs / "ray")
+    assert a.config["engine"] == "local" and b.config["engine"] == "ray"
+    for name in (ExplainRun.PREDICTIONS, ExplainRun.IMAGES, ExplainRun.CLASSES):  # as text: NaN == NaN there
+        local_rows, ray_rows = (pq.read_table(runs / r / name) for r in ("local", "ray"))
+        assert ray_rows.schema == local_rows.schema, name
+        assert json.dumps(ray_rows.to_pylist(), default=str) == json.dumps(local_rows.to_pylist(), default=str), name
+    predictions = pq.read_table(runs / "ray" / ExplainRun.PREDICTIONS).to_pylist()
+    assert len(predictions) == 48 and sum(p["sss"] == p["sss"] for p in predictions) > 0  # 24 images x top-2
+    s_local, s_ray = (json.loads((runs / r / ExplainRun.SUMMARY).read_text()) for r in ("local", "ray"))
+    s_local.pop("timing"), s_ray.pop("timing")
+    assert json.dumps(s_ray, sort_keys=True) == json.dumps(s_local, sort_keys=True)
+    maps = sorted((runs / "local" / ExplainRun.MAPS).glob("*.npz"))
+    assert len(maps) == 24
+    for path in maps:
+        with np.load(path) as x, np.load(runs / "ray" / ExplainRun.MAPS / path.name) as y:
+            assert all(np.array_equal(x[k], y[k]) for k in ("maps", "mask", "targets")), path.name
+
+
 def test_second_node_killed_mid_run(world, cluster, engine_log, monkeypatch) -> None:
-    monkeypatch.setattr("curate.engine.ray_data.ACTOR_START_TIMEOUT_S", 40)
     """The second node is killed once a batch came from it: the engine runs the batches not yet
     returned on the head (or stops with RayNodeLostError and the rerun encodes only the rest);
-    every image is encoded and cached once, predictions equal the local run's, the folder is valid."""
+    every image is encoded and cached once, predictions equal the local run's, the folder is valid.
+    Ray's actor table: an actor ran on the killed node and Ray restarted none (``max_restarts=0``:
+    the engine plans new actors instead)."""
+    monkeypatch.setattr("curate.engine.ray_data.ACTOR_START_TIMEOUT_S", 40)
     from curate.engine.ray_data import RayNodeLostError
     from curate.stages.evaluate import evaluate
     from curate.store import check_dataset
@@ -150,6 +238,7 @@ def test_second_node_killed_mid_run(world, cluster, engine_log, monkeypatch) -> 
             killers[-1].start()
 
     log = engine_log(kill)
+    before = _model_actors("_Encode")
     settings = _settings(engine="ray", workers=2, ray_address=c.address)
     try:
         evaluate(ds.root, spec, settings, run_name="lost", overwrite=True)
@@ -166,6 +255,9 @@ def test_second_node_killed_mid_run(world, cluster, engine_log, monkeypatch) -> 
         evaluate(ds.root, spec, settings, run_name="lost", overwrite=True)
         assert log.plans[-1].startswith(f"Ray engine: {50 - first_returned} batch(es) on 1 node(s)")
     assert len(log.nodes) == 50  # every batch returned once over the run(s)
+    actors = [a for k, a in _model_actors("_Encode").items() if k not in before]
+    assert second.node_id in {a["node"] for a in actors} and c.head_node.node_id in {a["node"] for a in actors}
+    assert all(a["max_restarts"] == 0 and a["restarts"] == 0 for a in actors), actors
     ids = _cached_ids(ds, spec)
     assert len(ids) == len(set(ids)) == 200
     assert pq.read_table(ds.root / "runs" / "lost" / "predictions.parquet").equals(

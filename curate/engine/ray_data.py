@@ -171,8 +171,16 @@ def _node_names(nodes: dict[str, dict[str, Any]]) -> str:
 
 
 def _quiet(build: Callable[..., Any]) -> Callable[..., Any]:
-    """``build`` without Ray Data's deprecation warning for ``ray_remote_args`` (``max_restarts``
-    has no named parameter in Ray 2.60; curate pins Ray)."""
+    """``build`` without Ray Data's deprecation warning for ``ray_remote_args``, the only way to
+    give the model actors ``max_restarts=0`` in Ray 2.60 (pinned in ``pyproject.toml``):
+    ``map_batches`` names ``label_selector``, ``fallback_strategy``, ``max_calls``, ``resources``,
+    ``accelerator_type``, ``runtime_env`` and ``ray_remote_args_fn`` (itself deprecated), not
+    ``max_restarts``; neither ``ActorPoolStrategy`` nor ``DataContext`` has it; and the actor pool
+    sets ``max_restarts=-1`` (restart forever) unless the remote args carry it
+    (``ActorPoolMapOperator._apply_default_remote_args``, whose comment says
+    ``map_batches(..., max_restarts=0)``). Ray 2.60 warns that ``**ray_remote_args`` will be
+    removed in Ray 2.64: revisit on upgrading (``tests/test_engine_ray_cluster.py`` reads
+    ``max_restarts`` back from Ray's actor table)."""
     def quiet(*args: Any) -> Any:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*ray_remote_args.*deprecated")
@@ -440,8 +448,9 @@ class RayEngine:
         """``map_batches`` arguments of the model actor pool (see the module docstring)."""
         import ray.data
 
-        # Ray Data places actors with its default scheduling strategy, SPREAD;
-        # ``max_restarts`` only goes through ``ray_remote_args`` (deprecated from Ray 2.60, see _quiet)
+        # Ray Data places actors with its default scheduling strategy, SPREAD; ``max_restarts``
+        # has no named parameter in Ray 2.60, so it goes through the deprecated ``**ray_remote_args``
+        # (removed in Ray 2.64; see _quiet)
         return {"batch_size": 1, "batch_format": "numpy", "compute": ray.data.ActorPoolStrategy(size=self.workers),
                 "num_cpus": cpus, "num_gpus": self.gpus_per_worker or None, "max_restarts": 0}
 
