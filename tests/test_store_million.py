@@ -41,7 +41,7 @@ from store_helpers import (
     toy_space,
 )
 
-from curate.store import Dataset, DatasetError, NewSample, check_dataset, rowscan
+from curate.store import Dataset, DatasetError, NewSample, check_dataset, rowscan, validate
 from curate.store import schema as S
 from curate.store.validate import inspect_dataset
 
@@ -425,7 +425,7 @@ def test_check_streams_extra_and_names_rows_across_batches(tmp_path: Path, parse
     root = tmp_path / "ds"
     collector_dataset(root, n=12)
     rewrite_parquet(root, lambda t: set_cell(set_cell(t, "extra", 7, "[7]"), "extra", 11, None))
-    monkeypatch.setattr(rowscan, "EXTRA_SEGMENT_ROWS", 5)
+    monkeypatch.setattr(validate, "EXTRA_STREAM_ROWS", 5)
     parses.clear()
     problems = [(p.row, p.message) for p in check_dataset(root) if p.column == "extra"]
     assert parses == [5, 5, 2]
