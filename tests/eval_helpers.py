@@ -1,4 +1,5 @@
-"""Small dataset folders for evaluation tests (imported by tests/test_stage_evaluate.py and tests/test_cli_evaluate.py)."""
+"""Small dataset folders for evaluation tests (imported by tests/test_stage_evaluate.py and tests/test_cli_evaluate.py),
+and a tiny model saved to a weights file (the Ray suites: actors load it from the file)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -6,6 +7,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from curate.models import ModelSpec, load_model
 from curate.store import Dataset, NewSample
 
 # ImageNet-1K classes, including the two "missile" labels (657, 744) to test duplicate names.
@@ -27,3 +29,14 @@ def make_folder(root: Path, *, per_class: int = 6, size: int = 24, seed: int = 0
     report = ds.add_samples(items)
     assert not report.quarantined
     return ds
+
+
+def saved_tiny_vit(root: Path) -> ModelSpec:
+    """A random-weight ``curate-tiny-vit`` (seed 0) saved to ``root/tiny-vit.pt``, as a spec that
+    loads it from that file."""
+    import torch
+
+    model = load_model("curate-tiny-vit", None, seed=0)
+    weights = root / "tiny-vit.pt"
+    torch.save({"state_dict": model.module.state_dict(), "curate": {"arch": "curate-tiny-vit"}}, weights)
+    return ModelSpec("curate-tiny-vit", str(weights))

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 from click.testing import CliRunner
-from eval_helpers import CLASSES, make_folder
+from eval_helpers import CLASSES, make_folder, saved_tiny_vit
 
 from curate.models import ModelSpec, load_model
 
@@ -37,11 +37,7 @@ def cluster(tmp_path_factory):
 @pytest.fixture(scope="module")
 def world(tmp_path_factory, cluster):
     root = tmp_path_factory.mktemp("engine")
-    model = load_model("curate-tiny-vit", None, seed=0)
-    weights = root / "tiny-vit.pt"
-    torch.save({"state_dict": model.module.state_dict(), "curate": {"arch": "curate-tiny-vit"}}, weights)
-    ds = make_folder(root / "ds", per_class=4)
-    return ds, ModelSpec("curate-tiny-vit", str(weights))
+    return make_folder(root / "ds", per_class=4), saved_tiny_vit(root)
 
 
 def _cache(ds, model):

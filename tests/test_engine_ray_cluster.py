@@ -21,10 +21,9 @@ import threading
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-import torch
-from eval_helpers import make_folder
+from eval_helpers import make_folder, saved_tiny_vit
 
-from curate.models import ModelSpec, load_model
+from curate.models import load_model
 
 ray = pytest.importorskip("ray")
 
@@ -53,11 +52,7 @@ def cluster():
 @pytest.fixture(scope="module")
 def world(tmp_path_factory, cluster):
     root = tmp_path_factory.mktemp("cluster")
-    model = load_model("curate-tiny-vit", None, seed=0)
-    weights = root / "tiny-vit.pt"
-    torch.save({"state_dict": model.module.state_dict(), "curate": {"arch": "curate-tiny-vit"}}, weights)
-    ds = make_folder(root / "ds", per_class=40, size=8)  # 200 images, 50 batches of 4
-    return ds, ModelSpec("curate-tiny-vit", str(weights))
+    return make_folder(root / "ds", per_class=40, size=8), saved_tiny_vit(root)  # 200 images, 50 batches of 4
 
 
 def _settings(**kw):

@@ -258,7 +258,7 @@ def _load_table(root: Path, out: Inspection, *, extra: str = "read"
     try:
         with pq.ParquetFile(path) as handle:
             schema = handle.schema_arrow
-            leave_out = extra != "read" and "extra" in schema.names and schema.names.count("extra") == 1
+            leave_out = extra != "read" and schema.names.count("extra") == 1
             columns = [n for n in schema.names if n != "extra"] if leave_out else None
             table = handle.read(columns=columns, use_threads=False)  # one thread: see read_samples_file
             if leave_out and extra == "stream" and S.types_compatible(schema.field("extra").type, pa.string()):
