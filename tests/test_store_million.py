@@ -30,6 +30,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from store_helpers import (
     TESTS_DIR,
     color_for,
@@ -138,15 +140,14 @@ def by_json_loads(values: list[str | None]) -> list[bool]:
     return out
 
 
-@pytest.mark.parametrize("segment", [1, 3, 4, 1_000])
-def test_whole_parse_finds_exactly_what_json_loads_refuses(segment: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(rowscan, "EXTRA_SEGMENT_ROWS", segment)
-    rng = random.Random(segment)
+def test_whole_parse_finds_exactly_what_json_loads_refuses() -> None:
+    rng = random.Random(7)
     values = [json.dumps(inat_extra(i), ensure_ascii=False) for i in range(40)] + AWKWARD
     rng.shuffle(values)
     for column in (pa.chunked_array([values], type=pa.string()),
                    pa.chunked_array([values[:17], values[17:]], type=pa.string()),
-                   pa.chunked_array([values], type=pa.large_string())):
+                   pa.chunked_array([values], type=pa.large_string()),
+                   pa.chunked_array([values]).cast(pa.string_view())):
         assert rowscan.extra_not_objects(column).tolist() == by_json_loads(values)
     shape = rowscan.extra_shape_suspects(pa.chunked_array([values], type=pa.string()))
     bad = np.array(by_json_loads(values))
@@ -155,10 +156,29 @@ def test_whole_parse_finds_exactly_what_json_loads_refuses(segment: int, monkeyp
     assert not rowscan.extra_shape_suspects(pa.chunked_array([curate_written])).any()
 
 
+#: Pieces of JSON and near-JSON: objects made of these are valid, invalid, or valid only to
+#: Python (NaN, Infinity, lone surrogates, huge numbers), which is where simdjson and json.loads
+#: part ways.
+FRAGMENTS = ['"a"', '"b\\"', '"\\ud800"', '"\\udc00\\ud800"', '"\\ud83d\\ude00"', '"x}{y"', '"é"', '"\\u0000"',
+             "1", "-0", "1e999", "1E+2", "01", "1.", ".5", "+1", "123456789012345678901234567890", "NaN",
+             "-Infinity", "true", "tru", "null", "[]", "[1,]", "{}", ":", ",", " ", "\n", "\t", "\x00", "\x7f", "}{",
+             '"tab\there"', "\ufeff", "\u2028"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(FRAGMENTS), max_size=8), st.lists(st.sampled_from(FRAGMENTS), max_size=3))
+def test_simdjson_and_json_loads_agree_on_generated_objects(keys: list[str], values: list[str]) -> None:
+    """Objects built from awkward pieces (half of them with the shape of a key-value list):
+    the parse says "bad" exactly where json.loads refuses the text or gives no object."""
+    body = ",".join(f"{k}:{v}" for k, v in zip(keys, values or ["1"] * len(keys)))
+    texts = ["{" + body + "}", "{" + "".join(keys) + "}", "{" + "".join(values) + "}"]
+    assert rowscan.extra_not_objects(pa.chunked_array([texts], type=pa.string())).tolist() == by_json_loads(texts)
+
+
 def test_whole_parse_of_good_values_does_not_call_json_loads(loads: list[str]) -> None:
     values = [json.dumps(inat_extra(i), ensure_ascii=False) for i in range(500)]
     assert not rowscan.extra_not_objects(pa.chunked_array([values])).any()
-    assert loads == []  # arrow's reader read them all
+    assert loads == []  # simdjson read them all
 
 
 # --------------------------------------------------------------------------- open parses once
@@ -237,12 +257,16 @@ def test_same_size_rewrite_in_place_with_the_old_mtime_is_parsed(tmp_path: Path)
         Dataset.open(root)
 
 
-def test_a_record_is_only_written_for_the_file_that_was_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """samples.parquet replaced while open reads it: nothing is recorded (which file was read is
-    unknown), and the next open parses again."""
+@pytest.mark.parametrize("validation", ["open", "check"])
+def test_a_record_is_only_written_for_the_file_that_was_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            validation: str) -> None:
+    """samples.parquet replaced while an open (or a check) reads it: neither the parse nor the
+    presence of the images is recorded (which file was read is unknown), and the next open
+    checks again."""
     root = tmp_path / "ds"
     collector_dataset(root, n=5)
     (root / rowscan.EXTRA_CHECK_CACHE).unlink()
+    (root / rowscan.FILE_CHECK_CACHE).unlink(missing_ok=True)
     real = rowscan.samples_identity
     calls = {"n": 0}
 
@@ -253,8 +277,12 @@ def test_a_record_is_only_written_for_the_file_that_was_read(tmp_path: Path, mon
         return real(folder)
 
     monkeypatch.setattr(rowscan, "samples_identity", moving)
-    inspect_dataset(root)
+    if validation == "open":
+        inspect_dataset(root)
+    else:
+        check_dataset(root)
     assert not (root / rowscan.EXTRA_CHECK_CACHE).exists()
+    assert not (root / rowscan.FILE_CHECK_CACHE).exists()
 
 
 # --------------------------------------------------------------------------- writers carry the record
@@ -425,7 +453,7 @@ def test_check_streams_extra_and_names_rows_across_batches(tmp_path: Path, parse
     root = tmp_path / "ds"
     collector_dataset(root, n=12)
     rewrite_parquet(root, lambda t: set_cell(set_cell(t, "extra", 7, "[7]"), "extra", 11, None))
-    monkeypatch.setattr(validate, "EXTRA_STREAM_ROWS", 5)
+    monkeypatch.setattr(validate, "STREAM_ROWS", 5)
     parses.clear()
     problems = [(p.row, p.message) for p in check_dataset(root) if p.column == "extra"]
     assert parses == [5, 5, 2]
@@ -433,3 +461,111 @@ def test_check_streams_extra_and_names_rows_across_batches(tmp_path: Path, parse
     assert "expected an object" in problems[0][1]
     with pytest.raises(DatasetError, match="row 7"):
         Dataset.open(root)
+
+
+# --------------------------------------------------------------------------- presence by listing
+_HEX = "0123456789abcdef"
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_missing_media_is_exactly_not_is_file(tmp_path_factory: pytest.TempPathFactory, data: st.DataObject) -> None:
+    """``rowscan.MediaListing`` (sorted 64-bit keys, no string hashing) says "missing" exactly
+    where ``Path.is_file`` says False, whatever the folders hold: names sharing their first 16
+    digits, one name in two folders, the same image under two extensions, a file in the wrong
+    folder, a folder or a broken symlink named like an image, a symlink to a file, odd names."""
+    root = tmp_path_factory.mktemp("media")
+    prefixes = data.draw(st.lists(st.text(_HEX, min_size=16, max_size=16), min_size=1, max_size=3))
+    tails = st.text(_HEX, min_size=48, max_size=48)
+    shas = [p + data.draw(tails) for p in prefixes for _ in range(data.draw(st.integers(1, 3)))]
+    exts = ["jpg", "png", "jpeg", "JPG"]
+    paths: list[str] = []
+    for sha in shas:
+        for ext in data.draw(st.lists(st.sampled_from(exts), min_size=1, max_size=2, unique=True)):
+            folder = sha[:2] if data.draw(st.booleans()) else data.draw(st.sampled_from(["00", "ff", sha[:2]]))
+            rel = f"media/{folder}/{sha}.{ext}"
+            paths.append(f"media/{sha[:2]}/{sha}.{ext}")
+            target = root / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            kind = data.draw(st.sampled_from(["file", "file", "none", "dir", "broken", "link"]))
+            if target.exists() or target.is_symlink():  # the same digest drawn twice
+                continue
+            if kind == "file":
+                target.write_bytes(b"x")
+            elif kind == "dir":
+                target.mkdir()
+            elif kind == "broken":
+                target.symlink_to(root / "nowhere")
+            elif kind == "link":
+                (root / "real").write_bytes(b"y")
+                target.symlink_to(root / "real")
+    odd = root / "media" / shas[0][:2]
+    odd.mkdir(parents=True, exist_ok=True)
+    (odd / "notes\nwith a newline.txt").write_bytes(b"z")
+    (odd / "short.jpg").write_bytes(b"z")
+    folders = sorted({p[:8] for p in paths})
+    column = pa.chunked_array([paths[: len(paths) // 2], paths[len(paths) // 2:]], type=pa.string())
+    assert rowscan.MediaListing(root, folders).missing(column).tolist() == [not (root / p).is_file() for p in paths]
+
+
+# --------------------------------------------------------------------------- check streams, open holds
+def _with_column(table: pa.Table, name: str, values: pa.Array) -> pa.Table:
+    return table.set_column(table.schema.get_field_index(name), name, values)
+
+
+def _undecodable(table: pa.Table, name: str, row: int) -> pa.Table:
+    """``table`` with the text of column ``name`` at ``row`` replaced by bytes that are not UTF-8
+    (arrow checks nothing when it reads parquet, so another tool can write such a file)."""
+    values = [(v or "").encode() for v in table.column(name).to_pylist()]
+    values[row] = b"caf\xe9"
+    offsets = np.cumsum([0] + [len(v) for v in values]).astype(np.int32)
+    column = pa.StringArray.from_buffers(len(values), pa.py_buffer(offsets), pa.py_buffer(b"".join(values)))
+    return table.set_column(table.schema.get_field_index(name), name, column)
+
+
+DAMAGE = {
+    "clean": lambda t: t,
+    "unknown column": lambda t: t.append_column("note", pa.array(["x"] * t.num_rows)),
+    "repeated column": lambda t: t.append_column("status", t.column("status")),
+    "missing column": lambda t: t.drop_columns(["tags"]),
+    "mistyped column": lambda t: _with_column(t, "class_index", pa.array([str(v) for v in t.column("class_index").to_pylist()])),
+    "large strings": lambda t: _with_column(t, "filepath", t.column("filepath").cast(pa.large_string())),
+    "no rows": lambda t: t.slice(0, 0),
+    "bad values": lambda t: set_cell(set_cell(set_cell(t, "status", 2, "maybe"), "extra", 5, "[5]"), "mask_path", 3,
+                                     "masks/../x.png"),
+    "duplicate rows": lambda t: pa.concat_tables([t, t.slice(1, 2)]),
+    "not UTF-8": lambda t: _undecodable(t, "attribution", 5),
+    "extra not UTF-8": lambda t: _undecodable(t, "extra", 6),
+    "missing image": lambda t: t,  # on disk: see ON_DISK
+    "wrong-size mask": lambda t: t,
+}
+#: Damage done to the files rather than the table: (row, what to do with that row's file).
+ON_DISK = {"missing image": ("filepath", lambda path: path.unlink()),
+           "wrong-size mask": ("mask_path", lambda path: path.write_bytes(solid_png((1, 2, 3), size=(5, 7))))}
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGE))
+def test_check_streams_and_finds_what_the_open_path_finds(tmp_path: Path, damage: str,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """``check_dataset`` never holds the table (it streams batches, here of 3 rows); an open's
+    whole-table path (``inspect_dataset``) reports the very same problems, in the same order,
+    whatever is wrong with the file."""
+    root = tmp_path / "ds"
+    ds = make_dataset(root, n=8)
+    rewrite_parquet(root, DAMAGE[damage])
+    if damage in ON_DISK:
+        column, spoil = ON_DISK[damage]
+        spoil(root / ds.table().column(column)[4].as_py())
+    monkeypatch.setattr(validate, "STREAM_ROWS", 3)
+    streamed = [str(p) for p in check_dataset(root)]
+    held = inspect_dataset(root, cached_files=False)
+    assert streamed == [str(p) for p in held.problems]
+    assert (streamed == []) == (damage in ("clean", "large strings", "no rows"))  # the last two are valid
+    if damage == "clean":
+        assert held.table is not None and held.table.num_rows == len(ds)
+    if "UTF-8" in damage:
+        row = 5 if damage == "not UTF-8" else 6
+        assert streamed == [f"samples.parquet cannot be read as parquet: column '{'attribution' if row == 5 else 'extra'}' "
+                            f"row {row} holds bytes that are not UTF-8 text"]
+        with pytest.raises(DatasetError, match=f"row {row} holds bytes that are not UTF-8 text"):
+            Dataset.open(root)

@@ -21,8 +21,9 @@ import pytest
 from scale_helpers import build_folder, tiny_png
 from store_helpers import set_cell
 
-from curate.store import Dataset, DatasetError, NewSample, check_dataset, rowscan
+from curate.store import Dataset, DatasetError, NewSample, check_dataset, rowscan, validate
 from curate.store.rowscan import FILE_CHECK_CACHE
+from curate.store.validate import inspect_dataset
 
 N = 20_000
 TESTS = Path(__file__).resolve().parent
@@ -53,20 +54,47 @@ def test_whole_column_checks_find_what_row_checks_find(big: Path, monkeypatch: p
                                ("filepath", 15000, "../x.png"), ("tags", 17000, [""]), ("extra", 18000, "[1]"),
                                ("background", 18500, "lava"), ("class_index", 19000, 5000)]:
         table = set_cell(table, column, row, value)
+    for column in ("sample_id", "sha256", "filepath"):  # row 16000 is row 20 again: canonical, only repeated
+        table = set_cell(table, column, 16000, table.column(column)[20].as_py())
     pq.write_table(table, big / "samples.parquet")
+    gone = big / table.column("filepath")[12345].as_py()
+    image = gone.read_bytes()
+    gone.unlink()
     try:
         fast = [(p.row, p.column, p.message) for p in check_dataset(big)]
         with monkeypatch.context() as patch:  # every row through the exact row-by-row checks
-            patch.setattr(rowscan, "suspect_rows", lambda table, usable, vocab, **kw: np.ones(table.num_rows, dtype=bool))
+            patch.setattr(rowscan, "local_suspects", lambda table, usable, vocab, **kw: np.ones(table.num_rows, dtype=bool))
             exact = [(p.row, p.column, p.message) for p in check_dataset(big)]
         assert fast == exact
-        assert {row for row, _, _ in fast} == {123, 4567, 9999, 15000, 17000, 18000, 18500, 19000}
+        # check streams the file (batches of 997 rows here: row 10 and its duplicate at row 4567
+        # fall in different batches); an open's whole-table path finds the same, in the same order
+        monkeypatch.setattr(validate, "STREAM_ROWS", 997)
+        assert [(p.row, p.column, p.message) for p in check_dataset(big)] == fast
+        whole = inspect_dataset(big, cached_files=False)
+        assert [(p.row, p.column, p.message) for p in whole.problems] == fast and whole.table is not None
+        assert {row for row, _, _ in fast} == {123, 4567, 9999, 12345, 15000, 16000, 17000, 18000, 18500, 19000}
         assert any("duplicate sample_id" in m and row == 4567 for row, _, m in fast)
+        assert [m for row, _, m in fast if row == 16000] == [f"duplicate sample_id {table.column('sample_id')[20]} "
+                                                             "(first at row 20)"]
+        assert any("image file" in m and "is missing" in m and row == 12345 for row, _, m in fast)
         with pytest.raises(DatasetError, match="row 123 .*status 'maybe' is not allowed"):
             Dataset.open(big)
     finally:
         (big / "samples.parquet").write_bytes(original)
+        gone.write_bytes(image)
     assert check_dataset(big) == []
+
+
+def test_check_records_the_presence_an_open_then_trusts(big: Path) -> None:
+    """``curate check`` lists every media folder before it streams the rows; when every image
+    is there it leaves the same record an open's own listing leaves, so the next open lists
+    nothing."""
+    Dataset.open(big)
+    by_open = json.loads((big / FILE_CHECK_CACHE).read_text())
+    (big / FILE_CHECK_CACHE).unlink()
+    assert check_dataset(big) == []
+    assert json.loads((big / FILE_CHECK_CACHE).read_text()) == by_open
+    assert rowscan.files_unchanged(big, None)
 
 
 def test_a_deleted_image_is_noticed_despite_the_cache(big: Path) -> None:

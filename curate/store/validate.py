@@ -34,7 +34,7 @@ presence and mask sizes are checked on every open (a PNG header read per mask).
 ``extra`` (issue 29): the column is never held by a validation that does not hash images. It is
 the bulk of a collector's table (~650 bytes a row, 600 MB at a million rows) and no check but
 its own reads it, so :func:`inspect_dataset` reads the other columns and either streams
-``extra`` in batches of :data:`EXTRA_STREAM_ROWS` rows through the whole
+``extra`` in batches of :data:`STREAM_ROWS` rows through the whole
 parse (:func:`curate.store.rowscan.extra_not_objects`, exact as ``json.loads``), keeping only
 the values of the rows it faults, or, in an open, skips it when a record says that this very
 samples.parquet was parsed before (:func:`curate.store.rowscan.extras_unchanged`; curate's
@@ -43,6 +43,11 @@ writers, which check what they write, carry the record to the files they commit)
 next open as well as by ``curate check``: any write that is not curate's gives a file the record
 does not name. :class:`~curate.store.Dataset` reads the column from the same file when a caller
 first needs it (docs/design.md#dataset-folder). ``deep=True`` reads the whole table as before.
+
+:func:`check_dataset` holds no table at all: it streams every column in batches
+(:func:`_scan_samples`), looks each batch's images up in a listing made before, and keeps only
+what the checks across rows need; the problems are those of the whole-table path of an open, in
+the same order (tests/test_store_scale.py compares the two).
 """
 from __future__ import annotations
 
@@ -120,7 +125,7 @@ class Inspection:
 def check_dataset(root: str | Path, *, deep: bool = False) -> list[ValidationProblem]:
     """Every problem of the dataset folder at ``root`` (empty list = valid). See module docstring.
     Unlike :meth:`Dataset.open` it always lists the media folders (no cached presence check)."""
-    return inspect_dataset(root, deep=deep, cached_files=False).problems
+    return inspect_dataset(root, deep=deep, cached_files=False, keep_table=False).problems
 
 
 def safe_relpath(value: Any, folder: str) -> str | None:
@@ -206,11 +211,21 @@ def read_samples_file(path: Path, columns: list[str] | None = None) -> pa.Table:
         return handle.read(columns=columns, use_threads=False)
 
 
-#: Rows per batch when ``extra`` is streamed (:func:`_stream_extra`). Measured on the 1M folder of
+#: Rows per batch when samples.parquet is streamed (``extra`` in an open, :func:`_stream_extra`;
+#: every column in :func:`check_dataset`, :func:`_scan_samples`). Measured on the 1M folder of
 #: ``benchmarks/store.py`` (fresh processes, three runs each): 65,536-row batches 1.61-1.62 s user,
 #: 0.14-0.78 s system, 380-400 MB peak; 16,384 rows 1.62-1.63 s user, 0.05-0.10 s system, 213 MB
 #: (the allocator reuses a batch's pages instead of faulting in fresh ones for each batch).
-EXTRA_STREAM_ROWS = 16_384
+STREAM_ROWS = 16_384
+
+
+def _require_text(table: pa.Table, first_row: int = 0) -> None:
+    """Raise ``ValueError`` naming the first value of ``table`` (whose rows are numbered from
+    ``first_row`` in the file) that is not UTF-8 text (:func:`curate.store.rowscan.first_invalid_text`):
+    such a file cannot be used, so validation reports it as one that does not read."""
+    found = rowscan.first_invalid_text(table)
+    if found is not None:
+        raise ValueError(f"column '{found[0]}' row {first_row + found[1]} holds bytes that are not UTF-8 text")
 
 
 @dataclass
@@ -229,7 +244,8 @@ def _stream_extra(handle: pq.ParquetFile, rows: int) -> ExtraCheck:
     bad = np.zeros(rows, dtype=bool)
     values: dict[int, str | None] = {}
     start = 0
-    for batch in handle.iter_batches(batch_size=EXTRA_STREAM_ROWS, columns=["extra"], use_threads=False):
+    for batch in handle.iter_batches(batch_size=STREAM_ROWS, columns=["extra"], use_threads=False):
+        _require_text(pa.Table.from_batches([batch]), start)
         column = pa.chunked_array([batch.column(0)])
         faulted = rowscan.extra_not_objects(column) | rowscan.numpy_mask(pc.is_null(column))
         for offset in np.flatnonzero(faulted).tolist():
@@ -241,31 +257,10 @@ def _stream_extra(handle: pq.ParquetFile, rows: int) -> ExtraCheck:
     return ExtraCheck(bad, values)
 
 
-def _load_table(root: Path, out: Inspection, *, extra: str = "read"
-                ) -> tuple[pa.Table | None, set[str], ExtraCheck | None]:
-    """The raw table, the set of columns present with a usable type (``extra`` counts when the
-    file has it, read or not), and what streaming ``extra`` found.
-
-    ``extra``: "read" = in the table (``deep``), "stream" = left out of the table and parsed
-    batch by batch from the same open file, "skip" = left out and not read (its values are known
-    to parse). The column checks read the file's schema, so they do not depend on the choice."""
-    path = root / SAMPLES_FILE
-    problems = out.problems
-    if not path.is_file():
-        problems.append(ValidationProblem(None, None, None, f"{SAMPLES_FILE} is missing from {root}"))
-        return None, set(), None
-    check: ExtraCheck | None = None
-    try:
-        with pq.ParquetFile(path) as handle:
-            schema = handle.schema_arrow
-            leave_out = extra != "read" and schema.names.count("extra") == 1
-            columns = [n for n in schema.names if n != "extra"] if leave_out else None
-            table = handle.read(columns=columns, use_threads=False)  # one thread: see read_samples_file
-            if leave_out and extra == "stream" and S.types_compatible(schema.field("extra").type, pa.string()):
-                check = _stream_extra(handle, table.num_rows)
-    except Exception as exc:  # noqa: BLE001 - arrow raises several types for bad files
-        problems.append(ValidationProblem(None, None, None, f"{SAMPLES_FILE} cannot be read as parquet: {exc}"))
-        return None, set(), None
+def _schema_checks(schema: pa.Schema, problems: list[ValidationProblem]) -> set[str]:
+    """The file-level problems of samples.parquet's schema (its version metadata, missing,
+    mistyped, unknown and repeated columns), appended to ``problems``; the columns present with
+    a usable type (none when a name repeats)."""
     metadata = schema.metadata or {}
     stored = metadata.get(S.PARQUET_VERSION_KEY)
     if stored is None:
@@ -301,15 +296,197 @@ def _load_table(root: Path, out: Inspection, *, extra: str = "read"
     if names.count("sample_id") > 1 or len(set(names)) != len(names):
         problems.append(ValidationProblem(None, None, None, f"{SAMPLES_FILE}: a column name repeats"))
         usable.clear()
+    return usable
+
+
+def _load_table(root: Path, out: Inspection, *, extra: str = "read"
+                ) -> tuple[pa.Table | None, set[str], ExtraCheck | None]:
+    """The raw table, the set of columns present with a usable type (``extra`` counts when the
+    file has it, read or not), and what streaming ``extra`` found.
+
+    ``extra``: "read" = in the table (``deep``), "stream" = left out of the table and parsed
+    batch by batch from the same open file, "skip" = left out and not read (its values are known
+    to parse). The column checks read the file's schema, so they do not depend on the choice."""
+    path = root / SAMPLES_FILE
+    problems = out.problems
+    if not path.is_file():
+        problems.append(ValidationProblem(None, None, None, f"{SAMPLES_FILE} is missing from {root}"))
+        return None, set(), None
+    check: ExtraCheck | None = None
+    try:
+        with pq.ParquetFile(path) as handle:
+            schema = handle.schema_arrow
+            leave_out = extra != "read" and schema.names.count("extra") == 1
+            columns = [n for n in schema.names if n != "extra"] if leave_out else None
+            table = handle.read(columns=columns, use_threads=False)  # one thread: see read_samples_file
+            _require_text(table)
+            if leave_out and extra == "stream" and S.types_compatible(schema.field("extra").type, pa.string()):
+                check = _stream_extra(handle, table.num_rows)
+    except Exception as exc:  # noqa: BLE001 - arrow raises several types for bad files
+        problems.append(ValidationProblem(None, None, None, f"{SAMPLES_FILE} cannot be read as parquet: {exc}"))
+        return None, set(), None
+    usable = _schema_checks(schema, problems)
     return table, usable, check
 
 
-def inspect_dataset(root: str | Path, *, deep: bool = False, cached_files: bool = True) -> Inspection:
+#: The columns :func:`_scan_samples` keeps for every row while it streams the rest: what the
+#: checks across rows read (repeated ids; masks, which few rows have). ``sha256`` and
+#: ``filepath`` (130 MB at a million rows) are read again only when some row is suspect.
+_KEPT_COLUMNS = ("sample_id", "mask_path", "width", "height")
+
+
+@dataclass
+class _Scan:
+    """What one streaming pass over samples.parquet found (:func:`_scan_batches`)."""
+
+    local: np.ndarray  # per row: a check of that row alone might fail (rowscan.local_suspects)
+    kept: pa.Table  # the _KEPT_COLUMNS that are usable, every row
+    picked: pa.Table  # every usable column of the rows where ``local``
+    picked_rows: np.ndarray
+    missing: list[tuple[int, str, str | None]] = field(default_factory=list)  # (row, filepath, sample_id)
+    cast_error: str | None = None  # why a batch does not cast to the schema (as an open casts it)
+
+
+def _scan_batches(handle: pq.ParquetFile, usable: set[str], vocab: S.Vocabulary,
+                  listing: rowscan.MediaListing | None = None) -> _Scan:
+    """Stream every column of an open samples.parquet in batches of :data:`STREAM_ROWS` rows
+    through :func:`curate.store.rowscan.local_suspects` (``extra`` parsed whole, as
+    ``json.loads`` decides), keeping only :data:`_KEPT_COLUMNS` and the suspect rows, and look
+    the other rows' images up in ``listing``. Every column is decoded, so a file that does not
+    read fails here as it would in a whole read, and each batch is cast to the schema as
+    :meth:`Dataset.open` casts the table. Raises what pyarrow raises."""
+    names = sorted(usable)
+    keep = [name for name in _KEPT_COLUMNS if name in usable]
+    schema = handle.schema_arrow
+    casts = usable == set(S.COLUMN_NAMES) and len(schema.names) == len(S.COLUMN_NAMES)
+    scan = _Scan(local=np.zeros(0, dtype=bool), kept=pa.table({}),
+                 picked=pa.Table.from_batches([], schema=pa.schema([schema.field(name) for name in names])),
+                 picked_rows=np.zeros(0, dtype=np.int64))
+    local: list[np.ndarray] = []
+    kept: dict[str, list[pa.Array]] = {name: [] for name in keep}
+    picked: list[pa.Table] = []
+    picked_rows: list[np.ndarray] = []
+    start = 0
+    for batch in handle.iter_batches(batch_size=STREAM_ROWS, use_threads=False):
+        table = pa.Table.from_batches([batch])
+        _require_text(table, start)
+        table = table.select(names)
+        suspect = rowscan.local_suspects(table, usable, vocab)
+        if suspect.any():
+            rows = np.flatnonzero(suspect)
+            picked.append(table.take(pa.array(rows)))
+            picked_rows.append(rows + start)
+        if listing is not None and "filepath" in usable and not suspect.all():
+            plain = np.flatnonzero(~suspect)
+            paths = table.column("filepath")
+            paths = paths if len(plain) == len(suspect) else paths.take(pa.array(plain))
+            for position in np.flatnonzero(listing.missing(paths)).tolist():
+                row = int(plain[position])
+                sid = table.column("sample_id")[row].as_py() if "sample_id" in usable else None
+                scan.missing.append((start + row, paths[position].as_py(), sid))
+        for name in keep:
+            kept[name].extend(table.column(name).chunks)
+        local.append(suspect)
+        start += batch.num_rows
+        if casts and scan.cast_error is None:
+            try:
+                table.select(list(S.COLUMN_NAMES)).cast(S.SCHEMA)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError) as exc:
+                scan.cast_error = str(exc)
+    if local:
+        scan.local = np.concatenate(local)
+        scan.kept = pa.table({name: pa.chunked_array(kept[name], type=schema.field(name).type) for name in keep}) \
+            if keep else pa.table({})
+    if picked:
+        scan.picked, scan.picked_rows = pa.concat_tables(picked), np.concatenate(picked_rows)
+    return scan
+
+
+def _scan_samples(root: Path, out: Inspection, identity: dict[str, Any] | None) -> set[str] | None:
+    """:func:`check_dataset`'s check of samples.parquet, streamed (issue 29): the problems it
+    finds are those of the whole-table path (:func:`_load_table` + :func:`_check_rows`), in the
+    same order (tests/test_store_scale.py compares the two), but no more than one batch of the
+    wide columns (``extra``, ``source_url``, ``attribution``, the paths and digests: ~1 GB at a
+    million collector-shaped rows) is held at a time. The media folders are listed before the
+    pass and each batch's images looked up as it goes; the checks across rows (repeated ids and
+    hashes, :func:`curate.store.rowscan.duplicate_suspects`; masks) then run on the kept columns.
+    ``identity``: samples.parquet's (:func:`curate.store.rowscan.samples_identity`) before it was
+    opened; the presence record is written only if the file is still that one afterwards.
+    Returns the usable columns, or None when the file is missing or does not read."""
+    path = root / SAMPLES_FILE
+    if not path.is_file():
+        out.problems.append(ValidationProblem(None, None, None, f"{SAMPLES_FILE} is missing from {root}"))
+        return None
+    vocab = S.Vocabulary(out.label_space, out.backgrounds)
+    schema_problems: list[ValidationProblem] = []
+    try:
+        with pq.ParquetFile(path) as handle:
+            usable = _schema_checks(handle.schema_arrow, schema_problems)
+            listing, state = None, None
+            if "filepath" in usable:
+                folders = rowscan.media_folders(root)
+                state = rowscan.folder_stamps_before_listing(
+                    root, folders, identity["samples"] if identity is not None else None)
+                listing = rowscan.MediaListing(root, folders)
+            scan = _scan_batches(handle, usable, vocab, listing)
+            kept, local = scan.kept, scan.local
+            in_kept = usable & set(kept.column_names)
+            sid = kept.column("sample_id") if "sample_id" in in_kept else None
+            # sha256 is counted only when some row is not canonical (rowscan.duplicate_suspects)
+            wanted = [name for name in ("sha256", "filepath") if name in usable]
+            if wanted and len(local) and (local.any() or sid is None):
+                reread = handle.read(columns=wanted, use_threads=False)
+                for name in wanted:
+                    kept = kept.append_column(name, reread.column(name)) if kept.num_columns else reread.select([name])
+                in_kept = usable & set(kept.column_names)
+    except Exception as exc:  # noqa: BLE001 - arrow raises several types for bad files
+        out.problems.append(ValidationProblem(None, None, None, f"{SAMPLES_FILE} cannot be read as parquet: {exc}"))
+        return None
+    out.problems.extend(schema_problems)
+    if len(local) == 0:
+        return usable
+    sha = kept.column("sha256") if "sha256" in in_kept else None
+    suspect = local | rowscan.duplicate_suspects(sid, sha, ~local)
+    found: list[ValidationProblem] = []
+    if suspect.any():
+        first_id, first_sha = _duplicate_firsts(kept, in_kept)
+        _word_row_problems(root, scan.picked, scan.picked_rows, usable, out, found, first_id, first_sha, deep=False)
+        # rows whose only fault is a repeated id or hash: every check of the row alone passed, so
+        # the kept columns hold all that can be said about them
+        repeated = np.flatnonzero(suspect & ~local)
+        if len(repeated):
+            _word_row_problems(root, kept.take(pa.array(repeated)), repeated, in_kept, out, found,
+                               first_id, first_sha, deep=False)
+    if listing is not None:
+        plain = np.flatnonzero(~suspect)
+        missing = [(row, rel, sid_) for row, rel, sid_ in scan.missing if not suspect[row]]
+        found.extend(ValidationProblem(row, sid_, "filepath", f"image file {rel} is missing")
+                     for row, rel, sid_ in missing)
+        if not missing and len(plain) == len(suspect) and state is not None and \
+                rowscan.samples_identity(root) == identity:
+            seen = {f"media/{code:02x}" for code in listing.folders_seen}
+            rowscan.remember_files_present(root, {"samples": state["samples"],
+                                                  "folders": {f: state["folders"].get(f) for f in sorted(seen)}})
+        if len(plain):
+            picked = kept if len(plain) == kept.num_rows else kept.take(pa.array(plain))
+            _check_plain_masks(root, picked, in_kept, plain, found)
+    found.sort(key=lambda p: p.row if p.row is not None else -1)
+    out.problems.extend(found)
+    if scan.cast_error is not None:
+        out.problems.append(ValidationProblem(None, None, None, f"{SAMPLES_FILE} does not cast to the schema: "
+                                                                f"{scan.cast_error}"))
+    return usable
+
+
+def inspect_dataset(root: str | Path, *, deep: bool = False, cached_files: bool = True,
+                    keep_table: bool = True) -> Inspection:
     """Read and check a dataset folder; the problems and, where readable, config and table.
     ``cached_files=False`` lists the media folders even when the last complete check still holds
     and reads the logs whole; with True (what :meth:`Dataset.open` uses) only the logs' last
     lines are read (a torn write can only leave its line last; millions of log lines would
-    otherwise cost seconds on every open)."""
+    otherwise cost seconds on every open). ``keep_table=False`` (what :func:`check_dataset`
+    uses; not with ``deep``): the problems only, found by streaming samples.parquet
+    (:func:`_scan_samples`), and ``table`` stays None."""
     root = Path(root)
     out = Inspection(root=root)
     if not root.is_dir():
@@ -318,11 +495,18 @@ def inspect_dataset(root: str | Path, *, deep: bool = False, cached_files: bool 
     _load_config(root, out)
     identity = rowscan.samples_identity(root)  # before the read: the record must name what was read
     known = cached_files and not deep and rowscan.extras_unchanged(root, identity)
-    table, usable, extra_check = _load_table(root, out, extra="read" if deep else "skip" if known else "stream")
+    if keep_table or deep:
+        table, usable, extra_check = _load_table(root, out, extra="read" if deep else "skip" if known else "stream")
+    else:
+        table, usable, extra_check, known = None, _scan_samples(root, out, identity), None, False
     if identity is not None and rowscan.samples_identity(root) != identity:
         identity = None  # replaced while it was read: which file was read is not known
+    if table is None and usable is not None:  # streamed: every extra was parsed
+        if "extra" in usable and not any(p.column == "extra" for p in out.problems):
+            rowscan.remember_extras_valid(root, identity)
     if table is not None:
         _check_rows(root, table, usable, out, deep=deep, cached_files=cached_files, parse_extra=not known,
+                    read_stamp=identity["samples"] if identity is not None else None,
                     extra_check=extra_check)
         if not known and "extra" in usable and not any(p.column == "extra" for p in out.problems):
             rowscan.remember_extras_valid(root, identity)
@@ -373,13 +557,15 @@ def _torn_tail(path: Path) -> str | None:
 
 
 def _check_rows(root: Path, table: pa.Table, usable: set[str], out: Inspection, *, deep: bool,
-                cached_files: bool = True, parse_extra: bool = True, extra_check: ExtraCheck | None = None) -> None:
+                cached_files: bool = True, parse_extra: bool = True, extra_check: ExtraCheck | None = None,
+                read_stamp: list[int] | None = None) -> None:
     """Every per-row problem, in row order: :func:`~curate.store.rowscan.suspect_rows` picks the
     rows that need the exact checks (all rows when ``deep``); the others only need their files
     to be present, which directory listings answer (see :mod:`curate.store.rowscan`).
     ``parse_extra=False``: this file's ``extra`` values are known to parse. When ``table`` lacks
     ``extra`` (left out: module docstring), ``extra_check`` says which rows fault it (None: the
-    values are known to parse)."""
+    values are known to parse). ``read_stamp``: samples.parquet's stamp before it was read (for
+    the presence record; None records nothing)."""
     vocab = S.Vocabulary(out.label_space, out.backgrounds)
     n = table.num_rows
     if n == 0:
@@ -395,7 +581,7 @@ def _check_rows(root: Path, table: pa.Table, usable: set[str], out: Inspection, 
     _check_suspect_rows(root, table, in_table, out, np.flatnonzero(suspect), found, deep=deep,
                         extra=None if in_table == usable else extra_check)
     if not deep:
-        _check_plain_files(root, table, in_table, ~suspect, found, cached_files=cached_files)
+        _check_plain_files(root, table, in_table, ~suspect, found, cached_files=cached_files, read_stamp=read_stamp)
     found.sort(key=lambda p: p.row if p.row is not None else -1)
     out.problems.extend(found)
 
@@ -411,14 +597,8 @@ def _first_rows(column: pa.ChunkedArray, values: set[str]) -> dict[str, int]:
     return first
 
 
-def _check_suspect_rows(root: Path, table: pa.Table, usable: set[str], out: Inspection, rows: np.ndarray,
-                        found: list[ValidationProblem], *, deep: bool, extra: ExtraCheck | None = None) -> None:
-    """The exact per-row checks (the wording of every row problem) on ``rows`` only. ``extra``:
-    what streaming the column found when the table lacks it (a row it did not fault has a JSON
-    object there, which the check passes like ``{}``)."""
-    if len(rows) == 0:
-        return
-    vocab = S.Vocabulary(out.label_space, out.backgrounds)
+def _duplicate_firsts(table: pa.Table, usable: set[str]) -> tuple[dict[str, int], dict[str, int]]:
+    """For each ``sample_id`` and each ``sha256`` that repeats in ``table``, its first row."""
     first_id: dict[str, int] = {}
     first_sha: dict[str, int] = {}
     if "sample_id" in usable:
@@ -429,7 +609,28 @@ def _check_suspect_rows(root: Path, table: pa.Table, usable: set[str], out: Insp
         shas = table.column("sha256")
         good = rowscan.numpy_mask(pc.match_substring_regex(shas, rowscan.SHA_PATTERN))
         first_sha = _first_rows(shas, rowscan.duplicated_values(shas, good))
+    return first_id, first_sha
+
+
+def _check_suspect_rows(root: Path, table: pa.Table, usable: set[str], out: Inspection, rows: np.ndarray,
+                        found: list[ValidationProblem], *, deep: bool, extra: ExtraCheck | None = None) -> None:
+    """The exact per-row checks (the wording of every row problem) on ``rows`` of ``table``
+    only. ``extra``: what streaming the column found when the table lacks it (a row it did not
+    fault has a JSON object there, which the check passes like ``{}``)."""
+    if len(rows) == 0:
+        return
+    first_id, first_sha = _duplicate_firsts(table, usable)
     subset = table.select(sorted(usable)).take(pa.array(rows))
+    _word_row_problems(root, subset, rows, usable, out, found, first_id, first_sha, deep=deep, extra=extra)
+
+
+def _word_row_problems(root: Path, subset: pa.Table, rows: np.ndarray, usable: set[str], out: Inspection,
+                       found: list[ValidationProblem], first_id: dict[str, int], first_sha: dict[str, int], *,
+                       deep: bool, extra: ExtraCheck | None = None) -> None:
+    """Every problem of the rows numbered ``rows`` (in file order), whose values are the rows of
+    ``subset`` (its ``usable`` columns); ``first_id`` / ``first_sha``: the first row of each
+    repeated ``sample_id`` / ``sha256`` of the whole file (:func:`_duplicate_firsts`)."""
+    vocab = S.Vocabulary(out.label_space, out.backgrounds)
     sub = {name: subset.column(name).to_pylist() for name in usable}
     cols: dict[str, _RowView] = {name: _RowView(rows, values) for name, values in sub.items()}
     if extra is not None:
@@ -484,9 +685,11 @@ class _RowView:
 
 
 def _check_plain_files(root: Path, table: pa.Table, usable: set[str], keep: np.ndarray,
-                       found: list[ValidationProblem], *, cached_files: bool = True) -> None:
-    """Files of the rows whose paths are in canonical form (not suspect): every image present,
-    every mask present and of its image's size (a mask's PNG header is read; ~10 µs a mask)."""
+                       found: list[ValidationProblem], *, cached_files: bool = True,
+                       read_stamp: list[int] | None = None) -> None:
+    """Files of the rows whose paths are in canonical form (not suspect): every image present
+    (:class:`curate.store.rowscan.MediaListing`), every mask present and of its image's size
+    (:func:`_check_plain_masks`)."""
     if not keep.any() or "filepath" not in usable:
         return
     rows = np.flatnonzero(keep)
@@ -500,37 +703,48 @@ def _check_plain_files(root: Path, table: pa.Table, usable: set[str], keep: np.n
     paths = picked.column("filepath")
     folders = sorted(set(pc.unique(pc.utf8_slice_codeunits(paths, 0, 8)).to_pylist()))
     if not (cached_files and rowscan.files_unchanged(root, folders)):
-        state = rowscan.folder_stamps_before_listing(root, folders)
-        present = rowscan.listed_paths(root, folders)
-        missing = np.flatnonzero(~rowscan.numpy_mask(pc.is_in(paths, value_set=present)))
+        state = rowscan.folder_stamps_before_listing(root, folders, read_stamp)
+        missing = np.flatnonzero(rowscan.MediaListing(root, folders).missing(paths))
         for position in missing.tolist():
             add(position, "filepath", f"image file {paths[position].as_py()} is missing")
         if len(missing) == 0 and keep.all():
             rowscan.remember_files_present(root, state)
+    _check_plain_masks(root, picked, usable, rows, found)
+
+
+def _check_plain_masks(root: Path, picked: pa.Table, usable: set[str], rows: np.ndarray,
+                       found: list[ValidationProblem]) -> None:
+    """Masks of the rows numbered ``rows`` (canonical paths; their values are ``picked``'s
+    rows): each present and of its image's size (a mask's PNG header is read; ~10 µs a mask)."""
     if "mask_path" not in usable:
         return
     masks = picked.column("mask_path")
     with_mask = np.flatnonzero(rowscan.numpy_mask(pc.is_valid(masks)))
     if len(with_mask) == 0:
         return
+    ids = picked.column("sample_id") if "sample_id" in usable else None
+
+    def add(position: int, message: str) -> None:
+        sid = ids[position].as_py() if ids is not None else None
+        found.append(ValidationProblem(int(rows[position]), sid, "mask_path", message))
+
     mask_files = rowscan.listed_files(root, [MASKS_DIR])
     widths = picked.column("width").to_pylist() if "width" in usable else None
     heights = picked.column("height").to_pylist() if "height" in usable else None
     for position in with_mask.tolist():
         rel = masks[position].as_py()
         if rel not in mask_files:
-            add(position, "mask_path", f"mask file {rel} is missing")
+            add(position, f"mask file {rel} is missing")
             continue
         try:
             actual = rowscan.png_size(root / rel) or image_size(root / rel)
         except Exception as exc:  # noqa: BLE001
-            add(position, "mask_path", f"mask file {rel} does not read as an image: {exc}")
+            add(position, f"mask file {rel} does not read as an image: {exc}")
             continue
         if widths is not None and heights is not None:
             size = (widths[position], heights[position])
             if isinstance(size[0], int) and isinstance(size[1], int) and actual != size:
-                add(position, "mask_path", f"mask {rel} is {actual[0]}x{actual[1]} but the image is "
-                                           f"{size[0]}x{size[1]}")
+                add(position, f"mask {rel} is {actual[0]}x{actual[1]} but the image is {size[0]}x{size[1]}")
 
 
 def _check_files(root: Path, row: int, cols: Mapping[str, Any], add, deep: bool) -> None:
