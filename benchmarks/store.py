@@ -25,7 +25,10 @@ Every figure is printed as **wall / CPU (system) seconds**: CPU time (user + sys
 process and its threads, or of the child process for the CLI) moves much less with the load of a
 shared machine than wall time; the system part (mostly first-touch page faults of the ~1 GB
 table) is shown apart because it is the part that still varies with load. The peer is plain pyarrow on the same file: ``pq.read_table`` for open,
-``pq.write_table`` for one commit. Each figure is the median of ``--repeat`` runs (open, select,
+``pq.write_table`` for one commit, and for ``curate check`` the loop a user would write instead
+(:data:`HAND_CHECK`, a fresh process: ``pq.read_table``, then per row ``json.loads`` of
+``extra``, ``os.path.isfile`` of the image and a set of seen ids; it checks far less than curate:
+no vocabularies, classes, canonical paths, masks or hashes). Each figure is the median of ``--repeat`` runs (open, select,
 info), or one run (the rest: they change the folder). Targets at 1M rows: open < 2 CPU-s,
 info < 2.5, check < 5 (issue 29); select < 0.5 s, update 1k < 3 s, add 10k < 30 s (issue 17).
 
@@ -98,6 +101,35 @@ def cli(*args: str) -> Figure:
     if done.returncode != 0:
         raise SystemExit(f"curate {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
     return figure
+
+
+#: The check a user would write by hand with pyarrow and the standard library (see the module
+#: docstring): the peer of ``curate check``. Prints the number of rows it finds wrong.
+HAND_CHECK = """
+import json, os, sys
+import pyarrow.parquet as pq
+root = sys.argv[1]
+table = pq.read_table(os.path.join(root, "samples.parquet"))
+seen, bad = set(), 0
+for sid, path, extra in zip(*(table.column(c).to_pylist() for c in ("sample_id", "filepath", "extra"))):
+    try:
+        ok = isinstance(json.loads(extra), dict)
+    except ValueError:
+        ok = False
+    ok = ok and os.path.isfile(os.path.join(root, path)) and sid not in seen
+    seen.add(sid)
+    bad += not ok
+print(bad)
+"""
+
+
+def hand_check(root: Path) -> Figure:
+    """Wall, CPU and system CPU seconds of :data:`HAND_CHECK` in a fresh process."""
+    (cpu, sys_cpu), start = _cpu(resource.RUSAGE_CHILDREN), time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", HAND_CHECK, str(root)], capture_output=True, text=True, check=True)
+    after = _cpu(resource.RUSAGE_CHILDREN)
+    assert done.stdout.strip() == "0", done.stdout  # the folder is valid: the loop must agree
+    return time.perf_counter() - start, after[0] - cpu, after[1] - sys_cpu
 
 
 def _text(values: np.ndarray) -> pa.Array:
@@ -200,6 +232,7 @@ def bench(root: Path, n: int, repeat: int) -> dict[str, Figure]:
     infos = [cli("info", str(root)) for _ in range(repeat)]
     out["curate info"] = tuple(statistics.median(f[i] for f in infos) for i in range(3))  # type: ignore[assignment]
     out["curate check"] = cli("check", str(root))
+    out["check by hand"] = hand_check(root)
     problems = [p for p in check_dataset(root) if p.severity == "error"]
     assert not problems, problems[:3]
     assert len(ds.changes()) >= 11_000  # 1,000 updates + 10,000 adds logged
@@ -232,7 +265,8 @@ def main() -> None:
     print(f"\ndataset folder, collector-shaped rows: wall / CPU (of which system) seconds (median of {args.repeat} for open, select "
           f"and info; one run for the rest; load average {os.getloadavg()[0]:.2f}, {os.cpu_count()} CPUs)")
     keys = ["build", "size MB", "open, first", "open", "open after a commit", "pq.read_table", "select", "update 1k",
-            "pq.write_table", "add 10k (total)", "prepare 10k", "add 10k", "curate info", "curate check"]
+            "pq.write_table", "add 10k (total)", "prepare 10k", "add 10k", "curate info", "curate check",
+            "check by hand"]
     print("| measure | " + " | ".join(f"{n:,} rows" for n in sizes) + " | target at 1M |")
     print("|---|" + "---|" * (len(sizes) + 1))
     for key in keys:
@@ -253,7 +287,9 @@ def main() -> None:
     for n in sizes:
         r = results[n]
         print(f"  {n:,} rows: open / pq.read_table = {r['open'][0] / r['pq.read_table'][0]:.1f}x, "
-              f"update 1k / pq.write_table = {r['update 1k'][0] / r['pq.write_table'][0]:.1f}x")
+              f"update 1k / pq.write_table = {r['update 1k'][0] / r['pq.write_table'][0]:.1f}x, "
+              f"curate check / check by hand = {r['curate check'][1] / r['check by hand'][1]:.2f}x in CPU time "
+              "(the hand loop checks only extra, presence and repeated ids)")
     print("'add 10k' = add_samples of 10,000 tiny PNGs minus prepare_image on the same bytes; "
           "curate info/check include interpreter start-up and imports.")
 
