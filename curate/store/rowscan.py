@@ -808,8 +808,8 @@ class MediaListing:
         words, named = _media_words(data, starts + 9, lengths - 9)
         canonical = in_media & named
         present = np.zeros(len(chunk), dtype=bool)
-        rows = np.flatnonzero(canonical & pc.is_valid(chunk).to_numpy(zero_copy_only=False))
-        self.folders_seen.update(np.unique(codes[rows]).tolist())
+        rows = np.flatnonzero(canonical & _np(pc.is_valid(chunk)) if chunk.null_count else canonical)
+        self.folders_seen.update(np.flatnonzero(np.bincount(codes[rows], minlength=256)).tolist())
         listed = self._words[:, 0]
         if len(listed) and len(rows):
             query = words[rows, 0]
