@@ -523,6 +523,14 @@ def _undecodable(table: pa.Table, name: str, row: int) -> pa.Table:
     return table.set_column(table.schema.get_field_index(name), name, column)
 
 
+def _extra_as_undecodable_lists(table: pa.Table) -> pa.Table:
+    """``extra`` of the wrong type (lists of text), one of them holding bytes that are not UTF-8:
+    an open never reads a mistyped ``extra``, so a check must not fail on its bytes either."""
+    texts = _undecodable(pa.table({"t": table.column("extra")}), "t", 4).column("t").chunk(0)
+    offsets = pa.array(range(table.num_rows + 1), type=pa.int32())
+    return _with_column(table, "extra", pa.ListArray.from_arrays(offsets, texts))
+
+
 DAMAGE = {
     "clean": lambda t: t,
     "unknown column": lambda t: t.append_column("note", pa.array(["x"] * t.num_rows)),
@@ -530,18 +538,33 @@ DAMAGE = {
     "missing column": lambda t: t.drop_columns(["tags"]),
     "mistyped column": lambda t: _with_column(t, "class_index", pa.array([str(v) for v in t.column("class_index").to_pylist()])),
     "large strings": lambda t: _with_column(t, "filepath", t.column("filepath").cast(pa.large_string())),
+    "string views": lambda t: _with_column(_with_column(t, "status", t.column("status").cast(pa.string_view())),
+                                           "filepath", t.column("filepath").cast(pa.string_view())),
     "no rows": lambda t: t.slice(0, 0),
     "bad values": lambda t: set_cell(set_cell(set_cell(t, "status", 2, "maybe"), "extra", 5, "[5]"), "mask_path", 3,
                                      "masks/../x.png"),
+    "null extra": lambda t: set_cell(t, "extra", 2, None),
+    "nulls in two columns": lambda t: set_cell(set_cell(t, "width", 1, None), "sample_id", 7, None),
     "duplicate rows": lambda t: pa.concat_tables([t, t.slice(1, 2)]),
+    "duplicate row, image gone": lambda t: pa.concat_tables([t, t.slice(4, 1)]),  # and on disk: ON_DISK
     "not UTF-8": lambda t: _undecodable(t, "attribution", 5),
     "extra not UTF-8": lambda t: _undecodable(t, "extra", 6),
+    "extra and source not UTF-8": lambda t: _undecodable(_undecodable(t, "extra", 1), "source", 7),
+    "mistyped extra not UTF-8": _extra_as_undecodable_lists,
     "missing image": lambda t: t,  # on disk: see ON_DISK
     "wrong-size mask": lambda t: t,
+    "stray folders": lambda t: t,
 }
-#: Damage done to the files rather than the table: (row, what to do with that row's file).
+#: Damage done to the files rather than the table: (column of row 4 whose file, what to do with it).
 ON_DISK = {"missing image": ("filepath", lambda path: path.unlink()),
-           "wrong-size mask": ("mask_path", lambda path: path.write_bytes(solid_png((1, 2, 3), size=(5, 7))))}
+           "duplicate row, image gone": ("filepath", lambda path: path.unlink()),
+           "wrong-size mask": ("mask_path", lambda path: path.write_bytes(solid_png((1, 2, 3), size=(5, 7)))),
+           # folders no row names: a symlink loop, a file, an empty folder (nothing to report)
+           "stray folders": ("filepath", lambda path: (os.symlink("0a", path.parents[1] / "0a"),
+                                                       (path.parents[1] / "0b").write_bytes(b"x"),
+                                                       (path.parents[1] / "0c").mkdir()))}
+#: Valid folders among DAMAGE (the check finds nothing).
+VALID = {"clean", "large strings", "string views", "no rows", "stray folders"}
 
 
 @pytest.mark.parametrize("damage", sorted(DAMAGE))
@@ -560,12 +583,42 @@ def test_check_streams_and_finds_what_the_open_path_finds(tmp_path: Path, damage
     streamed = [str(p) for p in check_dataset(root)]
     held = inspect_dataset(root, cached_files=False)
     assert streamed == [str(p) for p in held.problems]
-    assert (streamed == []) == (damage in ("clean", "large strings", "no rows"))  # the last two are valid
+    assert (streamed == []) == (damage in VALID)
     if damage == "clean":
         assert held.table is not None and held.table.num_rows == len(ds)
-    if "UTF-8" in damage:
-        row = 5 if damage == "not UTF-8" else 6
-        assert streamed == [f"samples.parquet cannot be read as parquet: column '{'attribution' if row == 5 else 'extra'}' "
-                            f"row {row} holds bytes that are not UTF-8 text"]
+    undecodable = {"not UTF-8": ("attribution", 5), "extra not UTF-8": ("extra", 6),
+                   "extra and source not UTF-8": ("source", 7)}  # the other columns first, as an open reads them
+    if damage in undecodable:
+        column, row = undecodable[damage]
+        assert streamed == [f"samples.parquet cannot be read as parquet: column '{column}' row {row} holds bytes "
+                            "that are not UTF-8 text"]
         with pytest.raises(DatasetError, match=f"row {row} holds bytes that are not UTF-8 text"):
             Dataset.open(root)
+    if damage == "duplicate row, image gone":
+        assert [p.row for p in held.problems if "is missing" in (p.message or "")] == [4, 8]
+    if damage == "nulls in two columns":
+        assert "does not cast to the schema: Casting field 'sample_id'" in streamed[-1]
+
+
+def test_missing_media_with_made_up_digests_and_unlistable_folders(tmp_path: Path) -> None:
+    """Digests that are not random (sequential numbers: every name in one bucket of the index)
+    and many names sharing their first 16 digits are looked up exactly, as are paths in folders
+    that cannot be listed (a symlink loop) or do not exist."""
+    root = tmp_path
+    sequential = [f"{i:064x}" for i in range(1500)]
+    shared = ["ab" + "0" * 14 + f"{i:048x}" for i in range(1500)]
+    paths = []
+    for i, sha in enumerate(sequential + shared):
+        rel = f"media/{sha[:2]}/{sha}.{'png' if i % 3 else 'jpg'}"
+        paths.append(rel)
+        if i % 4:
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / rel).write_bytes(b"x")
+    os.symlink("ee", root / "media" / "ee")  # a loop: listing fails, each path is checked by hand
+    paths += [f"media/ee/ee{'1' * 62}.png", f"media/dd/dd{'2' * 62}.png"]
+    folders = rowscan.media_folders(root)
+    assert "media/ee" in folders and "media/dd" not in folders
+    listing = rowscan.MediaListing(root, folders)
+    assert listing.bucket_depth > rowscan.MediaListing.MAX_BUCKET_DEPTH  # the binary search was used
+    column = pa.chunked_array([paths], type=pa.string())
+    assert listing.missing(column).tolist() == [not (root / p).is_file() for p in paths]

@@ -129,6 +129,25 @@ def _holds_text(t: pa.DataType) -> bool:
     return (pa.types.is_list(t) or pa.types.is_large_list(t)) and _holds_text(t.value_type)
 
 
+def _is_view(t: pa.DataType) -> bool:
+    check = getattr(pa.types, "is_string_view", None)
+    if check is not None and check(t):
+        return True
+    return (pa.types.is_list(t) or pa.types.is_large_list(t)) and _is_view(t.value_type)
+
+
+def plain_strings(table: pa.Table) -> pa.Table:
+    """``table`` with its ``string_view`` columns (and lists of them) cast to ``large_string``:
+    a file written with views reads back with them, and arrow has no ``is_in`` kernel for views,
+    so the checks would fail on a valid file."""
+    for index, field in enumerate(table.schema):
+        if _is_view(field.type):
+            target = pa.large_string() if not (pa.types.is_list(field.type) or pa.types.is_large_list(field.type)) \
+                else pa.list_(pa.large_string())
+            table = table.set_column(index, pa.field(field.name, target, field.nullable), table.column(index).cast(target))
+    return table
+
+
 def first_invalid_text(table: pa.Table) -> tuple[str, int] | None:
     """The column and row of the first value that is not UTF-8 in a text column of ``table``
     (the lowest row; the earlier column on a tie), or None.
@@ -235,8 +254,16 @@ def _python_bad_text(text: str) -> bool:
 
 
 def _python_bad(values: pa.Array) -> np.ndarray:
-    """Per row: :func:`_python_bad_text` (nulls are not bad here)."""
-    return np.array([text is not None and _python_bad_text(text) for text in values.to_pylist()], dtype=bool)
+    """Per row: :func:`_python_bad_text` (nulls are not bad here; bytes that are not UTF-8 are)."""
+    bad = np.zeros(len(values), dtype=bool)
+    for row in range(len(values)):
+        try:
+            text = values[row].as_py()
+        except UnicodeDecodeError:
+            bad[row] = True
+            continue
+        bad[row] = text is not None and _python_bad_text(text)
+    return bad
 
 
 def extra_not_objects(column: pa.ChunkedArray) -> np.ndarray:
@@ -730,11 +757,20 @@ def _media_folder_codes(data: np.ndarray, starts: np.ndarray, lengths: np.ndarra
 
 
 def media_folders(root: Path) -> list[str]:
-    """The ``media/<2 hex>`` folders that exist under ``root`` (where curate stores images)."""
+    """The ``media/<2 hex>`` folders under ``root`` (where curate stores images): directories,
+    symlinks to one, and entries whose type cannot be told (a symlink loop), which
+    :class:`MediaListing` then checks path by path. A ``media`` that cannot be listed gives no
+    folder (its images are then checked one by one: :class:`MediaListing`)."""
+    def folder(entry: os.DirEntry) -> bool:
+        try:
+            return entry.is_dir()
+        except OSError:
+            return True
+
     try:
         with os.scandir(root / "media") as entries:
-            return sorted(f"media/{e.name}" for e in entries if _folder_code(f"media/{e.name}") >= 0 and e.is_dir())
-    except (FileNotFoundError, NotADirectoryError):
+            return sorted(f"media/{e.name}" for e in entries if _folder_code(f"media/{e.name}") >= 0 and folder(e))
+    except OSError:
         return []
 
 
@@ -747,17 +783,27 @@ class MediaListing:
     per file); an entry counts when ``is_file`` says so (a regular file or a symlink to one, as
     ``Path.is_file``). Each listed name of canonical form becomes six numbers (folder, four
     words of the digest, the extension: :func:`_media_words`), the listing is sorted by the first
-    digest word, and :meth:`missing` looks paths up by binary search and compares the rest, so no
-    Python string is made per path and no string is hashed. Measured on the 1M folder of
-    benchmarks/store.py: ~0.3 CPU-s for a million paths (plus the kernel's ~0.5 s of
-    ``getdents``) against ~1.2 s for ``pc.is_in`` against the listing joined into paths, whose
-    strings also cost ~200 MB. Names of another form are not kept: no canonical path can name
-    them. A path not of canonical form is checked with ``Path.is_file``."""
+    digest word, and :meth:`missing` finds each path's first word through a bucket index on its
+    top bits (digests spread evenly: about one entry a bucket; a binary search when the buckets
+    are deep, as with made-up digests) and compares the rest, so no Python string is made per
+    path and no string is hashed. Measured on the 1M folder of benchmarks/store.py: ~0.4 CPU-s
+    for a million paths and ~0.55 s to list and index them (plus the kernel's ~0.5 s of
+    ``getdents``) against ~1.2 s and ~200 MB of strings for ``pc.is_in`` against the listing
+    joined into paths. Names of another form are not kept: no canonical path can name them. A
+    path not of canonical form, or in a folder that was not listed (missing, no permission to
+    read it, a symlink loop), is checked with ``Path.is_file``; first words shared by several listed
+    names (made-up digests, one image under two extensions) are settled by a set of all six
+    numbers of those names."""
+
+    #: Buckets deeper than this make :meth:`missing` search the sorted words instead.
+    MAX_BUCKET_DEPTH = 16
 
     def __init__(self, root: Path, folders: Iterable[str]) -> None:
         self.root = root
         words: list[np.ndarray] = []
         codes: list[np.ndarray] = []
+        #: per folder code: listed (the others' paths are checked one by one)
+        self._listed = np.zeros(256, dtype=bool)
         for folder in folders:
             code = _folder_code(folder)
             if code < 0:
@@ -765,8 +811,9 @@ class MediaListing:
             try:
                 with os.scandir(root / folder) as entries:
                     names = [entry.name for entry in entries if entry.is_file()]
-            except (FileNotFoundError, NotADirectoryError):
+            except OSError:  # missing, not a folder, no permission, a symlink loop: by hand
                 continue
+            self._listed[code] = True
             found, ok = _listed_words(names)
             words.append(found[ok])
             codes.append(np.full(int(ok.sum()), code, dtype=np.int64))
@@ -775,16 +822,18 @@ class MediaListing:
         self._words = all_words[order]
         self._codes = (np.concatenate(codes) if codes else np.zeros(0, dtype=np.int64))[order]
         first = self._words[:, 0]
-        #: per listed entry: the next one has the same first word (a key shared by several names)
-        self._shared = np.append(first[1:] == first[:-1], False) if len(first) else np.zeros(0, dtype=bool)
-        # A bucket index on the first word's top bits (about one entry a bucket: the words are
-        # digests, spread evenly): a lookup reads its bucket's few entries instead of a binary
-        # search's ~20 scattered ones (0.06 s against 0.25 s for a million paths).
+        same_as_next = first[1:] == first[:-1]
+        #: per listed entry: another entry has the same first word
+        self._shared = np.zeros(len(first), dtype=bool)
+        self._shared[:-1] |= same_as_next
+        self._shared[1:] |= same_as_next
+        self._shared_keys: set[tuple[int, ...]] | None = None
         self._shift = np.uint64(64 - max(1, int(len(first)).bit_length()))
         counts = np.bincount((first >> self._shift).astype(np.int64), minlength=1 << (64 - int(self._shift)))
         self._bucket = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-        self._depth = int(counts.max()) if len(counts) else 0
-        #: the folder codes of the canonical paths :meth:`missing` was asked about
+        #: the most entries in one bucket of the index (above MAX_BUCKET_DEPTH: searched instead)
+        self.bucket_depth = int(counts.max()) if len(counts) else 0
+        #: the folder codes of the paths :meth:`missing` was asked about
         self.folders_seen: set[int] = set()
 
     def __len__(self) -> int:
@@ -801,36 +850,49 @@ class MediaListing:
             parts.extend(self._missing_in(chunk.slice(first, _NAME_SLICE)) for first in range(0, len(chunk), _NAME_SLICE))
         return np.concatenate(parts) if parts else np.zeros(0, dtype=bool)
 
+    def _first_at(self, query: np.ndarray) -> np.ndarray:
+        """For each first word: the index of the first listed entry not below it."""
+        listed = self._words[:, 0]
+        if self.bucket_depth > self.MAX_BUCKET_DEPTH:
+            return np.searchsorted(listed, query)
+        # the bucket's few entries instead of a binary search's ~20 scattered reads (0.06 s
+        # against 0.25 s for a million paths)
+        bucket = (query >> self._shift).astype(np.int64)
+        low, high = self._bucket[bucket], self._bucket[bucket + 1]
+        at = low.copy()
+        moving = np.flatnonzero(high > low)
+        while len(moving):  # each pass moves the queries whose entry is still below them
+            probe = at[moving]
+            moving = moving[(probe < high[moving]) & (listed[np.minimum(probe, len(listed) - 1)] < query[moving])]
+            at[moving] += 1
+        return at
+
     def _missing_in(self, chunk: pa.Array) -> np.ndarray:
         offsets, data = _string_parts(chunk)
         starts, lengths = offsets[:-1], np.diff(offsets)
         codes, in_media = _media_folder_codes(data, starts, lengths)
         words, named = _media_words(data, starts + 9, lengths - 9)
-        canonical = in_media & named
+        valid = _np(pc.is_valid(chunk)) if chunk.null_count else np.ones(len(chunk), dtype=bool)
+        self.folders_seen.update(np.flatnonzero(np.bincount(codes[valid & in_media], minlength=256)).tolist())
+        canonical = in_media & named & valid & self._listed[np.where(in_media, codes, 0)]
         present = np.zeros(len(chunk), dtype=bool)
-        rows = np.flatnonzero(canonical & _np(pc.is_valid(chunk)) if chunk.null_count else canonical)
-        self.folders_seen.update(np.flatnonzero(np.bincount(codes[rows], minlength=256)).tolist())
+        rows = np.flatnonzero(canonical)
         listed = self._words[:, 0]
         if len(listed) and len(rows):
             query = words[rows, 0]
-            bucket = (query >> self._shift).astype(np.int64)
-            low, high = self._bucket[bucket], self._bucket[bucket + 1]
-            at = low.copy()  # becomes the first entry of the bucket not below the query
-            moving = np.flatnonzero(high > low)
-            while len(moving):  # each pass moves the rows whose entry is still below their query
-                probe = at[moving]
-                moving = moving[(probe < high[moving]) & (listed[np.minimum(probe, len(listed) - 1)] < query[moving])]
-                at[moving] += 1
-            np.minimum(at, len(listed) - 1, out=at)
+            at = np.minimum(self._first_at(query), len(listed) - 1)
             hit = listed[at] == query
             same = hit & (self._codes[at] == codes[rows]) & (self._words[at, 1:] == words[rows, 1:]).all(axis=1)
             present[rows] = same
-            for position in np.flatnonzero(hit & ~same & self._shared[at]).tolist():  # rare: shared first word
-                row, index = rows[position], at[position]
-                while index < len(listed) and listed[index] == query[position] and not present[row]:
-                    present[row] = self._codes[index] == codes[row] and bool((self._words[index] == words[row]).all())
-                    index += 1
-        for row in np.flatnonzero(~canonical).tolist():  # not of canonical form (not expected here)
+            unsure = np.flatnonzero(hit & ~same & self._shared[at])  # the first word is shared: settle exactly
+            if len(unsure):
+                if self._shared_keys is None:
+                    shared = np.flatnonzero(self._shared)
+                    self._shared_keys = set(zip(self._codes[shared].tolist(), *self._words[shared].T.tolist()))
+                for position in unsure.tolist():
+                    row = rows[position]
+                    present[row] = (int(codes[row]), *words[row].tolist()) in self._shared_keys
+        for row in np.flatnonzero(~canonical).tolist():  # not of canonical form, or its folder not listed
             value = chunk[row].as_py()
             present[row] = isinstance(value, str) and (self.root / value).is_file()
         return ~present

@@ -318,7 +318,8 @@ def _load_table(root: Path, out: Inspection, *, extra: str = "read"
             schema = handle.schema_arrow
             leave_out = extra != "read" and schema.names.count("extra") == 1
             columns = [n for n in schema.names if n != "extra"] if leave_out else None
-            table = handle.read(columns=columns, use_threads=False)  # one thread: see read_samples_file
+            # one thread: see read_samples_file
+            table = rowscan.plain_strings(handle.read(columns=columns, use_threads=False))
             _require_text(table)
             if leave_out and extra == "stream" and S.types_compatible(schema.field("extra").type, pa.string()):
                 check = _stream_extra(handle, table.num_rows)
@@ -331,8 +332,13 @@ def _load_table(root: Path, out: Inspection, *, extra: str = "read"
 
 #: The columns :func:`_scan_samples` keeps for every row while it streams the rest: what the
 #: checks across rows read (repeated ids; masks, which few rows have). ``sha256`` and
-#: ``filepath`` (130 MB at a million rows) are read again only when some row is suspect.
+#: ``filepath`` (130 MB at a million rows) are read again only when some row is suspect (of a
+#: check of its own or of a repeated id) or the ids cannot be counted.
 _KEPT_COLUMNS = ("sample_id", "mask_path", "width", "height")
+
+
+class _Unreadable(Exception):
+    """samples.parquet does not read (or holds text that is not UTF-8) while it is streamed."""
 
 
 @dataclass
@@ -344,21 +350,56 @@ class _Scan:
     picked: pa.Table  # every usable column of the rows where ``local``
     picked_rows: np.ndarray
     missing: list[tuple[int, str, str | None]] = field(default_factory=list)  # (row, filepath, sample_id)
-    cast_error: str | None = None  # why a batch does not cast to the schema (as an open casts it)
+    cast_error: str | None = None  # why the table would not cast to the schema (as an open casts it)
+
+
+class _CastCheck:
+    """Whether the streamed table would cast to the schema as :func:`inspect_dataset` casts the
+    whole table (``Table.cast``: column by column in schema order, a null in a required column
+    or a failed cast stops it), batch by batch: the problem is that of the first column, in
+    schema order, that fails in any batch (its first failing batch's message)."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.names = names
+        self.failed: dict[str, str] = {}
+
+    def add(self, table: pa.Table) -> None:
+        for name in self.names:
+            if name in self.failed:
+                continue
+            field_ = S.SCHEMA.field(name)
+            try:
+                pa.table({name: table.column(name)}).cast(pa.schema([field_]))
+            except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError) as exc:
+                self.failed[name] = str(exc)
+
+    def problem(self) -> str | None:
+        return next((self.failed[name] for name in self.names if name in self.failed), None)
+
+
+def _stream_columns(schema: pa.Schema) -> list[str] | None:
+    """The columns :func:`_load_table` reads in an open (every column but ``extra``, and
+    ``extra`` when it is text), so that the streamed check decodes exactly those; None = all."""
+    if schema.names.count("extra") != 1:
+        return None
+    text = S.types_compatible(schema.field("extra").type, pa.string())
+    return [n for n in schema.names if n != "extra"] + (["extra"] if text else [])
 
 
 def _scan_batches(handle: pq.ParquetFile, usable: set[str], vocab: S.Vocabulary,
                   listing: rowscan.MediaListing | None = None) -> _Scan:
-    """Stream every column of an open samples.parquet in batches of :data:`STREAM_ROWS` rows
-    through :func:`curate.store.rowscan.local_suspects` (``extra`` parsed whole, as
-    ``json.loads`` decides), keeping only :data:`_KEPT_COLUMNS` and the suspect rows, and look
-    the other rows' images up in ``listing``. Every column is decoded, so a file that does not
-    read fails here as it would in a whole read, and each batch is cast to the schema as
-    :meth:`Dataset.open` casts the table. Raises what pyarrow raises."""
+    """Stream an open samples.parquet in batches of :data:`STREAM_ROWS` rows through
+    :func:`curate.store.rowscan.local_suspects` (``extra`` parsed whole, as ``json.loads``
+    decides), keeping only :data:`_KEPT_COLUMNS` and the suspect rows, and look the other rows'
+    images up in ``listing``. It decodes the columns an open decodes (:func:`_stream_columns`),
+    so a file that an open cannot read fails here too (``_Unreadable``, with text that is not
+    UTF-8 named as an open names it: the first such value outside ``extra``, else in it); the
+    table's cast to the schema is checked as an open checks it (:class:`_CastCheck`)."""
     names = sorted(usable)
     keep = [name for name in _KEPT_COLUMNS if name in usable]
     schema = handle.schema_arrow
-    casts = usable == set(S.COLUMN_NAMES) and len(schema.names) == len(S.COLUMN_NAMES)
+    casts = _CastCheck([n for n in S.COLUMN_NAMES if n != "extra"]) \
+        if usable == set(S.COLUMN_NAMES) and len(schema.names) == len(S.COLUMN_NAMES) else None
     scan = _Scan(local=np.zeros(0, dtype=bool), kept=pa.table({}),
                  picked=pa.Table.from_batches([], schema=pa.schema([schema.field(name) for name in names])),
                  picked_rows=np.zeros(0, dtype=np.int64))
@@ -366,16 +407,36 @@ def _scan_batches(handle: pq.ParquetFile, usable: set[str], vocab: S.Vocabulary,
     kept: dict[str, list[pa.Array]] = {name: [] for name in keep}
     picked: list[pa.Table] = []
     picked_rows: list[np.ndarray] = []
+    bad_extra: str | None = None
     start = 0
-    for batch in handle.iter_batches(batch_size=STREAM_ROWS, use_threads=False):
-        table = pa.Table.from_batches([batch])
-        _require_text(table, start)
+    batches = handle.iter_batches(batch_size=STREAM_ROWS, columns=_stream_columns(schema), use_threads=False)
+    while True:
+        try:
+            batch = next(batches)
+        except StopIteration:
+            break
+        except Exception as exc:  # noqa: BLE001 - arrow raises several types for bad files
+            raise _Unreadable(str(exc)) from exc
+        table = rowscan.plain_strings(pa.Table.from_batches([batch]))
+        columns = table.column_names
+        try:
+            _require_text(table.select([i for i, n in enumerate(columns) if n != "extra"]), start)
+        except ValueError as exc:
+            raise _Unreadable(str(exc)) from exc
+        if bad_extra is None and "extra" in columns:
+            try:
+                _require_text(table.select([columns.index("extra")]), start)
+            except ValueError as exc:  # reported after the other columns, as an open reports it
+                bad_extra = str(exc)
+        start += batch.num_rows
+        if bad_extra is not None:  # the check ends there: only the decoding goes on
+            continue
         table = table.select(names)
         suspect = rowscan.local_suspects(table, usable, vocab)
         if suspect.any():
             rows = np.flatnonzero(suspect)
             picked.append(table.take(pa.array(rows)))
-            picked_rows.append(rows + start)
+            picked_rows.append(rows + start - batch.num_rows)
         if listing is not None and "filepath" in usable and not suspect.all():
             plain = np.flatnonzero(~suspect)
             paths = table.column("filepath")
@@ -383,35 +444,34 @@ def _scan_batches(handle: pq.ParquetFile, usable: set[str], vocab: S.Vocabulary,
             for position in np.flatnonzero(listing.missing(paths)).tolist():
                 row = int(plain[position])
                 sid = table.column("sample_id")[row].as_py() if "sample_id" in usable else None
-                scan.missing.append((start + row, paths[position].as_py(), sid))
+                scan.missing.append((start - batch.num_rows + row, paths[position].as_py(), sid))
         for name in keep:
             kept[name].extend(table.column(name).chunks)
+        if casts is not None:
+            casts.add(table)
         local.append(suspect)
-        start += batch.num_rows
-        if casts and scan.cast_error is None:
-            try:
-                table.select(list(S.COLUMN_NAMES)).cast(S.SCHEMA)
-            except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError) as exc:
-                scan.cast_error = str(exc)
+    if bad_extra is not None:
+        raise _Unreadable(bad_extra)
     if local:
         scan.local = np.concatenate(local)
         scan.kept = pa.table({name: pa.chunked_array(kept[name], type=schema.field(name).type) for name in keep}) \
             if keep else pa.table({})
     if picked:
         scan.picked, scan.picked_rows = pa.concat_tables(picked), np.concatenate(picked_rows)
+    scan.cast_error = casts.problem() if casts is not None else None
     return scan
 
 
 def _scan_samples(root: Path, out: Inspection, identity: dict[str, Any] | None) -> set[str] | None:
     """:func:`check_dataset`'s check of samples.parquet, streamed (issue 29): the problems it
     finds are those of the whole-table path (:func:`_load_table` + :func:`_check_rows`), in the
-    same order (tests/test_store_scale.py compares the two), but no more than one batch of the
-    wide columns (``extra``, ``source_url``, ``attribution``, the paths and digests: ~1 GB at a
-    million collector-shaped rows) is held at a time. The media folders are listed before the
-    pass and each batch's images looked up as it goes; the checks across rows (repeated ids and
-    hashes, :func:`curate.store.rowscan.duplicate_suspects`; masks) then run on the kept columns.
-    ``identity``: samples.parquet's (:func:`curate.store.rowscan.samples_identity`) before it was
-    opened; the presence record is written only if the file is still that one afterwards.
+    same order (tests compare the two), but no more than one batch of the wide columns
+    (``extra``, ``source_url``, ``attribution``, the paths and digests: ~1 GB at a million
+    collector-shaped rows) is held at a time. Every ``media/<xx>`` folder is listed before the
+    pass and each batch's images are looked up as it goes; the checks across rows (repeated ids
+    and hashes, :func:`curate.store.rowscan.duplicate_suspects`; masks) then run on the kept
+    columns. ``identity``: samples.parquet's (:func:`curate.store.rowscan.samples_identity`)
+    before it was opened; the presence record is written only if the file is still that one.
     Returns the usable columns, or None when the file is missing or does not read."""
     path = root / SAMPLES_FILE
     if not path.is_file():
@@ -420,62 +480,85 @@ def _scan_samples(root: Path, out: Inspection, identity: dict[str, Any] | None) 
     vocab = S.Vocabulary(out.label_space, out.backgrounds)
     schema_problems: list[ValidationProblem] = []
     try:
-        with pq.ParquetFile(path) as handle:
-            usable = _schema_checks(handle.schema_arrow, schema_problems)
-            listing, state = None, None
-            if "filepath" in usable:
-                folders = rowscan.media_folders(root)
-                state = rowscan.folder_stamps_before_listing(
-                    root, folders, identity["samples"] if identity is not None else None)
-                listing = rowscan.MediaListing(root, folders)
-            scan = _scan_batches(handle, usable, vocab, listing)
-            kept, local = scan.kept, scan.local
-            in_kept = usable & set(kept.column_names)
-            sid = kept.column("sample_id") if "sample_id" in in_kept else None
-            # sha256 is counted only when some row is not canonical (rowscan.duplicate_suspects)
-            wanted = [name for name in ("sha256", "filepath") if name in usable]
-            if wanted and len(local) and (local.any() or sid is None):
-                reread = handle.read(columns=wanted, use_threads=False)
-                for name in wanted:
-                    kept = kept.append_column(name, reread.column(name)) if kept.num_columns else reread.select([name])
-                in_kept = usable & set(kept.column_names)
+        handle = pq.ParquetFile(path)
     except Exception as exc:  # noqa: BLE001 - arrow raises several types for bad files
         out.problems.append(ValidationProblem(None, None, None, f"{SAMPLES_FILE} cannot be read as parquet: {exc}"))
         return None
+    with handle:
+        usable = _schema_checks(handle.schema_arrow, schema_problems)
+        listing, state = None, None
+        if "filepath" in usable:
+            folders = rowscan.media_folders(root)
+            state = rowscan.folder_stamps_before_listing(root, folders, identity["samples"] if identity else None)
+            listing = rowscan.MediaListing(root, folders)
+        try:
+            scan = _scan_batches(handle, usable, vocab, listing)
+        except _Unreadable as exc:
+            out.problems.append(ValidationProblem(None, None, None, f"{SAMPLES_FILE} cannot be read as parquet: {exc}"))
+            return None
+        kept, local = scan.kept, scan.local
+        in_kept = usable & set(kept.column_names)
+        sid = kept.column("sample_id") if "sample_id" in in_kept else None
+        # when every row passed its own checks and the ids can be counted, they alone tell
+        # whether any row repeats (a canonical id is its sha256's start); otherwise, or when some
+        # row is suspect, its digest and path are needed: read those two columns again
+        repeats = rowscan.duplicate_suspects(sid, None, ~local) if sid is not None and not local.any() else None
+        wanted = [name for name in ("sha256", "filepath") if name in usable]
+        if wanted and len(local) and (repeats is None or repeats.any()):
+            try:
+                reread = rowscan.plain_strings(handle.read(columns=wanted, use_threads=False))
+            except Exception as exc:  # noqa: BLE001 - arrow raises several types for bad files
+                out.problems.append(ValidationProblem(None, None, None,
+                                                      f"{SAMPLES_FILE} cannot be read as parquet: {exc}"))
+                return None
+            for name in wanted:
+                kept = kept.append_column(name, reread.column(name)) if kept.num_columns else reread.select([name])
+            in_kept = usable & set(kept.column_names)
     out.problems.extend(schema_problems)
     if len(local) == 0:
         return usable
-    sha = kept.column("sha256") if "sha256" in in_kept else None
-    suspect = local | rowscan.duplicate_suspects(sid, sha, ~local)
+    if repeats is None:  # some row is suspect, or no ids: count digests too (read again above)
+        repeats = rowscan.duplicate_suspects(sid, kept.column("sha256") if "sha256" in in_kept else None, ~local)
+    suspect = local | repeats
     found: list[ValidationProblem] = []
     if suspect.any():
         first_id, first_sha = _duplicate_firsts(kept, in_kept)
         _word_row_problems(root, scan.picked, scan.picked_rows, usable, out, found, first_id, first_sha, deep=False)
         # rows whose only fault is a repeated id or hash: every check of the row alone passed, so
-        # the kept columns hold all that can be said about them
+        # the kept columns (with sha256 and filepath read again) hold all that can be said of them
         repeated = np.flatnonzero(suspect & ~local)
         if len(repeated):
             _word_row_problems(root, kept.take(pa.array(repeated)), repeated, in_kept, out, found,
                                first_id, first_sha, deep=False)
     if listing is not None:
+        _plain_presence(root, scan, suspect, listing, state, identity, found)
         plain = np.flatnonzero(~suspect)
-        missing = [(row, rel, sid_) for row, rel, sid_ in scan.missing if not suspect[row]]
-        found.extend(ValidationProblem(row, sid_, "filepath", f"image file {rel} is missing")
-                     for row, rel, sid_ in missing)
-        if not missing and len(plain) == len(suspect) and state is not None and \
-                rowscan.samples_identity(root) == identity:
-            seen = {f"media/{code:02x}" for code in listing.folders_seen}
-            rowscan.remember_files_present(root, {"samples": state["samples"],
-                                                  "folders": {f: state["folders"].get(f) for f in sorted(seen)}})
         if len(plain):
-            picked = kept if len(plain) == kept.num_rows else kept.take(pa.array(plain))
-            _check_plain_masks(root, picked, in_kept, plain, found)
+            _check_plain_masks(root, kept if len(plain) == kept.num_rows else kept.take(pa.array(plain)), in_kept,
+                               plain, found)
     found.sort(key=lambda p: p.row if p.row is not None else -1)
     out.problems.extend(found)
     if scan.cast_error is not None:
         out.problems.append(ValidationProblem(None, None, None, f"{SAMPLES_FILE} does not cast to the schema: "
                                                                 f"{scan.cast_error}"))
     return usable
+
+
+def _plain_presence(root: Path, scan: _Scan, suspect: np.ndarray, listing: rowscan.MediaListing,
+                    state: dict[str, Any] | None, identity: dict[str, Any] | None,
+                    found: list[ValidationProblem]) -> None:
+    """The images of the rows that are not suspect, looked up while streaming: each missing one
+    is a problem (a suspect row's image is checked with its row); when none is missing, every row
+    is plain and samples.parquet is still the file that was read, the presence is recorded for
+    the next open (:func:`curate.store.rowscan.remember_files_present`, the same record an
+    open's own listing leaves)."""
+    missing = [(row, rel, sid) for row, rel, sid in scan.missing if not suspect[row]]
+    found.extend(ValidationProblem(row, sid, "filepath", f"image file {rel} is missing") for row, rel, sid in missing)
+    if missing or suspect.any() or state is None or rowscan.samples_identity(root) != identity:
+        return
+    seen = sorted(f"media/{code:02x}" for code in listing.folders_seen)
+    rowscan.remember_files_present(root, {"samples": state["samples"],
+                                          "folders": {folder: state["folders"].get(folder) for folder in seen}})
 
 
 def inspect_dataset(root: str | Path, *, deep: bool = False, cached_files: bool = True,
