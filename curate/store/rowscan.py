@@ -323,15 +323,14 @@ def _hex16_unique(column: pa.ChunkedArray) -> bool:
 def _fixed_width(arr: pa.Array) -> np.ndarray | None:
     """A string array's values as an (n, width) uint8 matrix (no copy) when all are non-null and
     of one byte length, else None."""
-    n = len(arr)
-    if n == 0 or arr.null_count or not pa.types.is_string(arr.type):
+    if len(arr) == 0 or arr.null_count or not pa.types.is_string(arr.type):
         return None
-    _, offsets_buf, data_buf = arr.buffers()
-    offsets = np.frombuffer(offsets_buf, dtype=np.int32)[arr.offset: arr.offset + n + 1]
-    width = int(offsets[1] - offsets[0])
-    if width == 0 or offsets[-1] - offsets[0] != width * n or not (np.diff(offsets) == width).all():
+    offsets, data = _string_parts(arr)
+    lengths = np.diff(offsets)
+    width = int(lengths[0])
+    if width == 0 or not (lengths == width).all():
         return None
-    return np.frombuffer(data_buf, dtype=np.uint8)[offsets[0]: offsets[-1]].reshape(n, width)
+    return _strided_rows(data, offsets[:-1], width)
 
 
 _MEDIA = np.frombuffer(b"media/", dtype=np.uint8)

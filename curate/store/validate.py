@@ -219,6 +219,11 @@ def read_samples_file(path: Path, columns: list[str] | None = None) -> pa.Table:
 STREAM_ROWS = 16_384
 
 
+def _unreadable(exc: BaseException) -> ValidationProblem:
+    """The problem of a samples.parquet that does not read (the one wording for every path)."""
+    return ValidationProblem(None, None, None, f"{SAMPLES_FILE} cannot be read as parquet: {exc}")
+
+
 def _require_text(table: pa.Table, first_row: int = 0) -> None:
     """Raise ``ValueError`` naming the first value of ``table`` (whose rows are numbered from
     ``first_row`` in the file) that is not UTF-8 text (:func:`curate.store.rowscan.first_invalid_text`):
@@ -324,7 +329,7 @@ def _load_table(root: Path, out: Inspection, *, extra: str = "read"
             if leave_out and extra == "stream" and S.types_compatible(schema.field("extra").type, pa.string()):
                 check = _stream_extra(handle, table.num_rows)
     except Exception as exc:  # noqa: BLE001 - arrow raises several types for bad files
-        problems.append(ValidationProblem(None, None, None, f"{SAMPLES_FILE} cannot be read as parquet: {exc}"))
+        problems.append(_unreadable(exc))
         return None, set(), None
     usable = _schema_checks(schema, problems)
     return table, usable, check
@@ -482,7 +487,7 @@ def _scan_samples(root: Path, out: Inspection, identity: dict[str, Any] | None) 
     try:
         handle = pq.ParquetFile(path)
     except Exception as exc:  # noqa: BLE001 - arrow raises several types for bad files
-        out.problems.append(ValidationProblem(None, None, None, f"{SAMPLES_FILE} cannot be read as parquet: {exc}"))
+        out.problems.append(_unreadable(exc))
         return None
     with handle:
         usable = _schema_checks(handle.schema_arrow, schema_problems)
@@ -494,7 +499,7 @@ def _scan_samples(root: Path, out: Inspection, identity: dict[str, Any] | None) 
         try:
             scan = _scan_batches(handle, usable, vocab, listing)
         except _Unreadable as exc:
-            out.problems.append(ValidationProblem(None, None, None, f"{SAMPLES_FILE} cannot be read as parquet: {exc}"))
+            out.problems.append(_unreadable(exc))
             return None
         kept, local = scan.kept, scan.local
         in_kept = usable & set(kept.column_names)
@@ -508,8 +513,7 @@ def _scan_samples(root: Path, out: Inspection, identity: dict[str, Any] | None) 
             try:
                 reread = rowscan.plain_strings(handle.read(columns=wanted, use_threads=False))
             except Exception as exc:  # noqa: BLE001 - arrow raises several types for bad files
-                out.problems.append(ValidationProblem(None, None, None,
-                                                      f"{SAMPLES_FILE} cannot be read as parquet: {exc}"))
+                out.problems.append(_unreadable(exc))
                 return None
             for name in wanted:
                 kept = kept.append_column(name, reread.column(name)) if kept.num_columns else reread.select([name])
