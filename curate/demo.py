@@ -406,8 +406,9 @@ def _discovery(workdir: Path, say) -> tuple[list[dict], str]:
 
 def _decomposition_row(world: str, model: Any, truth: Any = None) -> dict:
     return {"world": world, "model": model.model, **{k: model.value(k) for k in
-            ("drop", "background_part", "rest", "paste_cost", "bg_gap", "only_fg", "adversarial")},
-            **{f"{k}_ci": model.interval(k) for k in ("drop", "background_part", "rest", "bg_gap")},
+            ("drop", "background_part", "rest", "paste_cost", "bg_gap", "only_fg", "adversarial", "ghost_bias",
+             "ghost_neutral", "background_part_unghosted")},
+            **{f"{k}_ci": model.interval(k) for k in ("drop", "background_part", "rest", "bg_gap", "ghost_bias")},
             "truth_b": truth.value("background_part") if truth is not None else float("nan")}
 
 

@@ -194,6 +194,23 @@ def test_drop_is_background_part_plus_rest_for_random_data(table: PhotoTable, se
     assert all(math.isfinite(x) for k in ("drop", "background_part", "rest") for x in overall_ci[k])
 
 
+def test_ghost_control_by_hand() -> None:
+    """Hard photos only; swap [1, 1, 1, 0], the same donors with their holes boxed [1, 0, 0, 0]: B 3/4 - 1/4,
+    B unghosted 1/4 - 1/4, the ghost's share of B 1/2. ghost / ghost-neutral are plain means (easy photos have none)."""
+    hard = [(0, "hard", {"original": o, "swap": s, "swap-unghosted": u, "ghost": g, "ghost-neutral": n})
+            for o, s, u, g, n in ((0, 1, 1, 1, 1), (0, 1, 0, 1, 0), (1, 1, 0, 0, 0), (0, 0, 0, 0, 0))]
+    classes, overall, overall_ci, _ = attribute(_table(_cell(0, "easy", [1, 1]) + hard), n_boot=300, seed=1)
+    v = classes[0].values
+    assert v["background_part"] == pytest.approx(0.5)
+    assert v["hard_on_easy_unghosted"] == pytest.approx(0.25) and v["background_part_unghosted"] == pytest.approx(0.0)
+    assert v["ghost_bias"] == pytest.approx(0.5) and v["ghost"] == pytest.approx(0.5)
+    assert v["ghost_neutral"] == pytest.approx(0.25)
+    low, high = overall_ci["ghost_bias"]  # paired: every replicate's bias is swap - swap-unghosted of one draw
+    assert 0.0 <= low <= 0.5 <= high <= 1.0 and overall["ghost_bias"] == pytest.approx(0.5)
+    without = attribute(_table(_cell(0, "easy", [1]) + _cell(0, "hard", [0], [1])), n_boot=20)[0][0].values
+    assert math.isnan(without["ghost_bias"]) and math.isnan(without["ghost"])  # no ghost images: no control, no flag
+
+
 # --------------------------------------------------------------------------- photo_table()
 def test_photo_table_joins_variants_with_correctness() -> None:
     rows, correct = [], {}

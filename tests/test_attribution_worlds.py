@@ -1,6 +1,6 @@
 """The decomposition where the truth is known (docs/design.md#interventions).
 
-Three synthetic worlds (:mod:`curate.interventions.worlds`), scored with the demo's two tiny
+Four synthetic worlds (:mod:`curate.interventions.worlds`), scored with the demo's two tiny
 reference CLIPs (``demo_dir``: one trained with the background correlated with the class at
 p = 0.9, one without it). Each intervention is checked against the exact counterfactuals of its
 swaps (the same objects re-drawn by the world's generator on the easy background, nothing pasted):
@@ -10,9 +10,15 @@ swaps (the same objects re-drawn by the world's generator on the easy background
 - mixed world (hard photos at 0.6 scale), p = 0.9 model: both parts present, each inside the
   interval of its estimate from the true counterfactuals.
 
-Measured once with these seeds (per_class 60): D +56.6 / B +57.0 / rest -0.4 (truth B +57.6);
-D +58.8 / B +4.0 [-1.9, 10.2] / rest +54.8 (truth B -0.4); D +81.7 / B +64.1 / rest +17.6
-(truth B +62.6, rest +19.1). The truth must lie inside the estimate's 95% interval give or take
+- ghost world (hard objects at 0.3), shape-only model: the ghost control catches a fill that keeps
+  the donor object's outline (OpenCV's inpainting), and covered donors with the tiled fill (the
+  defaults) give the true B.
+
+Measured with these seeds (per_class 60; donors by cover, tiled fill, issue 36): D +55.5 / B +57.1
+(truth +57.1); D +58.1 / B -2.0 [-7.5, 3.8] (truth -1.4); D +79.1 / B +60.3 (truth +59.0); ghost
+world D +64.9 / B -5.0 [-9.6, -0.9] (truth -5.9), ghost control +0.7 [-2.8, 4.5]; with `--fill telea`
+B +0.0 [-3.6, 3.6], ghost control +5.8 [1.9, 10.2], B unghosted -5.8 (benchmarks/interventions.py
+--fills). The truth must lie inside the estimate's 95% interval give or take
 2 points (TRUTH_SLACK): the models are retrained per test session, and training floats differ by
 CPU type.
 """
@@ -27,6 +33,7 @@ from curate.cli import main
 from curate.interventions.worlds import build_world, write_truth
 from curate.models import ModelSpec
 from curate.runs.attribution import AttributionRun
+from curate.runs.interventions import InterventionRun
 from curate.stages.attribution import AttributionSettings, attribution
 from curate.stages.evaluate import EvalSettings, evaluate
 from curate.stages.intervene import InterveneSettings, intervene
@@ -52,6 +59,7 @@ def _world_pair(tmp: Path, kind: str, weights: Path) -> tuple[AttributionRun, At
 
 
 TRUTH_SLACK = 0.02
+SIDES = ("left", "right", "top", "bottom")
 
 
 def _inside(value: float, interval: tuple[float, float], slack: float = 0.0) -> bool:
@@ -98,3 +106,27 @@ def test_mixed_world_both_parts_recover_their_planted_share(demo_dir, tmp_path):
     assert _inside(truth.value("background_part"), model.interval("background_part"), TRUTH_SLACK)
     assert _inside(truth.value("rest"), model.interval("rest"), TRUTH_SLACK)
     assert model.value("drop") == pytest.approx(model.value("background_part") + model.value("rest"))
+
+
+def test_ghost_world_the_ghost_control_catches_an_outline_fill_and_covered_tiled_donors_recover_b(demo_dir, tmp_path):
+    """Hard objects at 0.3 of the easy ones' size, the shape-only model: a swap leaves ~90% of the donor's
+    hole uncovered. OpenCV's inpainting keeps a blurred blob of the donor's object (an object of the same
+    class) and B moves off the truth; the ghost control (B - B on boxed holes) says by how much, and B
+    unghosted is the truth. Covered donors with the tiled fill (the defaults) give the truth as B itself."""
+    world = build_world("ghost", tmp_path / "world", per_class=60)
+    weights = _weights(demo_dir, "uncorrelated")
+    intervene(world, tmp_path / "tiled", InterveneSettings(variants=("swap", "paste")))
+    intervene(world, tmp_path / "inpainted", InterveneSettings(variants=("swap",), fill="telea"))
+    write_truth(world, tmp_path / "tiled", tmp_path / "truth")  # donors are chosen by cover, not fill: the same
+    true_b = _decompose(tmp_path / "truth", weights).models[0].value("background_part")
+    tiled = _decompose(tmp_path / "tiled", weights).models[0]
+    inpainted = _decompose(tmp_path / "inpainted", weights).models[0]
+    assert tiled.interval("drop")[0] > 0.3  # small hard objects cost the shape-only model a lot
+    assert _inside(true_b, tiled.interval("background_part"), TRUTH_SLACK)
+    assert _inside(0.0, tiled.interval("ghost_bias"), 0.01)  # the tiled holes carry (almost) no class
+    assert inpainted.interval("ghost_bias")[0] > 0.0  # the inpainted ones do, and the control says so
+    assert inpainted.value("background_part") - true_b > 0.03
+    assert _inside(true_b, inpainted.interval("background_part_unghosted"), TRUTH_SLACK)
+    rows = InterventionRun.of_folder(tmp_path / "tiled").rows()
+    assert {r["fill"].split("-")[0] for r in rows if r["variant"] == "swap"} == {"tile"}
+    assert {r["fill"] for r in rows if r["variant"] == "swap-unghosted"} <= {f"box-tile-{s}" for s in SIDES}

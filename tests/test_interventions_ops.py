@@ -11,20 +11,25 @@ from hypothesis.extra.numpy import arrays
 from PIL import Image
 
 from curate.interventions.image_ops import (
+    FILLS,
     Filled,
     area_fraction,
+    box_hole,
     fill_hole,
     fit_background,
     fit_mask,
     gaussian_noise,
     hole_margin,
     mask_box,
+    neutral_object,
     no_foreground,
     object_hole,
     only_foreground,
     paste,
     png_bytes,
+    uncovered_fraction,
 )
+from curate.interventions.plan import Source, grid_mask, grid_uncovered, parse_variants, plan_donors
 
 
 def random_image(h: int, w: int, seed: int = 0) -> np.ndarray:
@@ -191,6 +196,59 @@ def test_fill_hole_empty_hole_is_unchanged() -> None:
     assert filled.image is not image
 
 
+# --- the other fills, the neutral object, the uncovered hole (the ghost control) -------------
+
+
+def test_box_fill_hides_the_outline_of_the_hole() -> None:
+    """box-tile fills the hole's bounding box: stripes that run across a crescent-shaped hole come back
+    whole, and no pixel inside the box keeps anything of the shape that was there."""
+    stripes = horizontal_stripes(10, 12)
+    hole = box_mask(10, 12, 3, 7, 6, 10) & ~box_mask(10, 12, 4, 6, 8, 10)  # a C shape
+    ruined = stripes.copy()
+    ruined[hole] = 255
+    boxed = fill_hole(ruined, hole, "box-tile")
+    assert boxed.method == "box-tile-left" and boxed.fraction == pytest.approx(16 / 120)
+    np.testing.assert_array_equal(boxed.image, stripes)  # the box's rows continue from the left strip
+    assert box_hole(hole).sum() == 16 and box_hole(np.zeros((3, 3), bool)).sum() == 0
+
+
+@pytest.mark.parametrize("method", ["telea", "ns", "box-telea"])
+def test_inpainting_fills_only_the_hole_and_comes_close_to_a_flat_background(method: str) -> None:
+    flat = np.full((16, 16, 3), (40, 120, 200), dtype=np.uint8)
+    hole = box_mask(16, 16, 5, 11, 4, 9)
+    ruined = flat.copy()
+    ruined[hole] = 0
+    filled = fill_hole(ruined, hole, method)
+    assert filled.method == method and filled.fraction == pytest.approx(30 / 256)
+    np.testing.assert_array_equal(filled.image[~hole], flat[~hole])  # outside the (box) hole: untouched
+    assert np.abs(filled.image.astype(int) - flat.astype(int)).max() <= 2  # a flat background is inpainted flat
+
+
+def test_fill_refuses_an_unknown_method() -> None:
+    with pytest.raises(ValueError, match="unknown fill 'blur'; known: tile, telea"):
+        fill_hole(random_image(4, 4), box_mask(4, 4, 1, 2, 1, 2), "blur")
+    assert set(FILLS) == {"tile", "telea", "ns", "box-tile", "box-telea", "box-ns"}
+
+
+def test_neutral_object_is_the_mask_in_the_mean_colour_by_hand() -> None:
+    background = np.zeros((2, 2, 3), dtype=np.uint8)
+    background[0, 0] = (100, 0, 3)
+    background[1, 1] = (1, 50, 0)  # mean per channel: 25.25, 12.5, 0.75 -> round: 25, 12 (half to even), 1
+    mask = box_mask(2, 2, 0, 1, 0, 2)
+    out = neutral_object(background, mask)
+    assert out[0].tolist() == [[25, 12, 1], [25, 12, 1]]
+    np.testing.assert_array_equal(out[1], background[1])
+
+
+def test_uncovered_fraction_by_hand() -> None:
+    hole = box_mask(6, 6, 1, 5, 1, 5)  # 16 pixels
+    assert uncovered_fraction(hole, box_mask(6, 6, 1, 5, 1, 3)) == pytest.approx(8 / 16)
+    assert uncovered_fraction(hole, np.ones((6, 6), bool)) == 0.0
+    assert uncovered_fraction(np.zeros((6, 6), bool), hole) == 0.0
+    with pytest.raises(ValueError, match="does not match hole shape"):
+        uncovered_fraction(hole, np.ones((5, 6), bool))
+
+
 # --- only_foreground / no_foreground / paste --------------------------------------------------
 
 
@@ -348,3 +406,35 @@ def test_object_hole_equals_a_square_max_filter(height: int, width: int, margin:
     padded = np.pad(mask, size, constant_values=False)  # PIL replicates edges; pad so outside counts as 0
     reference = np.asarray(Image.fromarray(padded.astype(np.uint8) * 255).filter(ImageFilter.MaxFilter(size))) > 127
     assert np.array_equal(ours, reference[size:size + height, size:size + width])
+
+
+# --- the planner: donors whose hole the object covers ------------------------------------------
+
+
+def _source(sid: str, group: str, mask: np.ndarray, hole: np.ndarray) -> Source:
+    return Source(sid, 0, group, "cc0", float(mask.mean()), True, grid_mask(mask), grid_mask(hole))
+
+
+def test_cover_match_prefers_the_donor_whose_hole_the_object_covers_and_the_cap_counts() -> None:
+    """A hard object on the left half; two easy donors of the same size: one's hole on the left (covered),
+    one's on the right (wholly uncovered). Size alone cannot tell them apart; cover picks the left one."""
+    left, right = box_mask(64, 64, 8, 56, 4, 30), box_mask(64, 64, 8, 56, 34, 60)
+    hard = _source("a" * 16, "hard", left, left)
+    covered, exposed = _source("b" * 16, "easy", left, left), _source("c" * 16, "easy", right, right)
+    assert grid_uncovered(hard, covered) == 0.0 and grid_uncovered(hard, exposed) == 1.0
+    plan, missing = plan_donors([hard, covered, exposed], ["swap"], seed=0, match_pool=1)
+    assert [a.donor.sample_id for a in plan if a.source == hard] == [covered.sample_id]
+    by_size = {a.donor.sample_id for s in range(8)
+               for a in plan_donors([hard, covered, exposed], ["swap"], seed=s, match_pool=2, match="size")[0]
+               if a.source == hard}
+    assert by_size == {covered.sample_id, exposed.sample_id}  # the size rule draws either
+    capped, missing = plan_donors([hard, exposed], ["swap"], seed=0, max_uncovered=0.5)
+    assert not [a for a in capped if a.source == hard]
+    assert missing == {"uncovered_over_cap:swap": 2, "no_donor:swap": 2}  # both ways: hard on easy, easy on hard
+    with pytest.raises(ValueError, match="unknown donor rule 'nearest'"):
+        plan_donors([hard], ["swap"], seed=0, match="nearest")
+
+
+def test_a_swap_brings_its_ghost_control() -> None:
+    assert parse_variants("swap") == ("original", "swap", "ghost", "ghost-neutral", "swap-unghosted")
+    assert parse_variants("paste") == ("original", "paste")

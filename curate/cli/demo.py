@@ -95,14 +95,15 @@ def demo(workdir: Path, steps: int | None) -> None:
         att = Table(title="does the background cause the drop? D = easy - hard, B = hard objects pasted on easy "
                           "backgrounds - hard, rest = D - B (points, 1 vs 1000, 95% paired bootstrap)",
                     title_justify="left")
-        for column in ("world", "trained on", "drop D", "background B", "rest", "paste control", "BG-gap",
-                       "exact B"):
+        for column in ("world", "trained on", "drop D", "background B", "rest", "paste control", "ghost control",
+                       "BG-gap", "exact B"):
             att.add_column(column, justify="left" if column in ("world", "trained on") else "right")
         for r in result.attribution:
             att.add_row(r["world"], r["model"].removeprefix("reference-").removesuffix(".pt"),
                         pct(r["drop"], signed=True) + pct_ci(r["drop_ci"]),
                         pct(r["background_part"], signed=True) + pct_ci(r["background_part_ci"]),
                         pct(r["rest"], signed=True) + pct_ci(r["rest_ci"]), pct(r["paste_cost"], signed=True),
+                        pct(r.get("ghost_bias", float("nan")), signed=True) + pct_ci(r.get("ghost_bias_ci")),
                         pct(r["bg_gap"], signed=True) + pct_ci(r["bg_gap_ci"]), pct(r["truth_b"], signed=True))
         out().print(att)
         out().print("  the split world's p=0.9 row is in-sample (that model chose easy and hard); exact B = the same "

@@ -15,6 +15,15 @@ object is right on every background of the set, else 0. Within a class c:
   easy - easy_on_hard: the same question asked the other way (a check on B, not part of D);
 - ``paste_cost`` = mean over c's photos of original(p) - paste(p): what cutting the object out
   and pasting it back on its own filled background costs;
+- the ghost control, over c's hard photos, on the donors of their swaps (docs/interventions.md):
+  ``ghost`` = mean of ghost(p), the donor's filled background alone as it enters the swap;
+  ``ghost_neutral`` = mean of ghost-neutral(p), the same with the object's mask in the
+  background's mean colour (how often the model names the class from everything the swap shows
+  but the object; compare with chance); ``hard_on_easy_unghosted`` = mean of swap-unghosted(p),
+  the hard objects on the same donors with the hole's bounding box filled, so no outline of the
+  donor's object is left; ``background_part_unghosted`` = hard_on_easy_unghosted - hard, the B
+  that remains without the ghost; ``ghost_bias`` = B - background_part_unghosted, what the
+  filled hole's outline adds to B (paired: the same photos and donors);
 - ``only_fg``, ``no_fg``, ``only_bg``, ``mixed_same``, ``mixed_rand``, ``mixed_next``: mean over
   c's photos (both groups pooled); ``bg_gap`` = mixed_same - mixed_rand (Xiao et al. 2020, §3);
 - ``noisy_fg`` / ``noisy_bg``: accuracy with Gaussian noise on the object / on the rest, and
@@ -46,11 +55,14 @@ __all__ = ["COLUMNS", "STATISTICS", "DECOMPOSITION", "PhotoTable", "ClassAttribu
 
 #: Per-photo value columns (variants), in order.
 COLUMNS: tuple[str, ...] = ("original", "swap", "paste", "only-fg", "no-fg", "only-bg", "mixed-same", "mixed-rand",
-                            "mixed-next", "noise-fg", "noise-bg", "adversarial")
+                            "mixed-next", "noise-fg", "noise-bg", "adversarial", "ghost", "ghost-neutral",
+                            "swap-unghosted")
 #: The statistics of a class and of the whole set, in the order tables show them.
 STATISTICS: tuple[str, ...] = ("easy", "hard", "drop", "hard_on_easy", "background_part", "rest", "easy_on_hard",
                                "background_part_reverse", "paste_cost", "only_fg", "no_fg", "only_bg", "mixed_same",
-                               "mixed_rand", "mixed_next", "bg_gap", "noisy_fg", "noisy_bg", "rfs", "adversarial")
+                               "mixed_rand", "mixed_next", "bg_gap", "noisy_fg", "noisy_bg", "rfs", "adversarial",
+                               "ghost", "ghost_neutral", "hard_on_easy_unghosted", "background_part_unghosted",
+                               "ghost_bias")
 #: Statistics whose overall value is taken over the classes where all three are defined.
 DECOMPOSITION: tuple[str, ...] = ("drop", "background_part", "rest")
 _COL = {name: i for i, name in enumerate(COLUMNS)}
@@ -135,6 +147,10 @@ def _class_stats(easy: np.ndarray, hard: np.ndarray) -> dict[str, np.ndarray]:
         s["paste_cost"] = np.where(count > 0, np.nansum(paired, axis=-1) / np.maximum(count, 1), np.nan)
     for name, column in _POOLED.items():
         s[name] = _mean(both, column)
+    s["ghost"], s["ghost_neutral"] = _mean(hard, "ghost"), _mean(hard, "ghost-neutral")
+    s["hard_on_easy_unghosted"] = _mean(hard, "swap-unghosted")
+    s["background_part_unghosted"] = s["hard_on_easy_unghosted"] - s["hard"]
+    s["ghost_bias"] = s["background_part"] - s["background_part_unghosted"]
     s["bg_gap"] = s["mixed_same"] - s["mixed_rand"]
     a = (s["noisy_bg"] + s["noisy_fg"]) / 2
     room = 2 * np.minimum(a, 1 - a)

@@ -22,20 +22,31 @@ import numpy as np
 from PIL import Image
 
 __all__ = [
+    "FILLS",
     "Filled",
     "area_fraction",
+    "box_hole",
     "fill_hole",
     "fit_background",
     "fit_mask",
     "gaussian_noise",
     "hole_margin",
     "mask_box",
+    "neutral_object",
     "no_foreground",
     "object_hole",
     "only_foreground",
     "paste",
     "png_bytes",
+    "uncovered_fraction",
 ]
+
+#: The hole fills (:func:`fill_hole`): ``tile`` (Xiao et al.'s Only-BG-T), ``telea`` / ``ns``
+#: (OpenCV's fast-marching and Navier-Stokes inpainting), and ``box-`` + one of them: the hole's
+#: bounding box is filled instead of the hole, so the fill keeps no outline of the donor's object.
+FILLS: tuple[str, ...] = ("tile", "telea", "ns", "box-tile", "box-telea", "box-ns")
+#: Radius (pixels) of OpenCV's inpainting neighbourhood.
+INPAINT_RADIUS = 3
 
 
 # --- validation -------------------------------------------------------------------------------
@@ -130,7 +141,7 @@ class Filled:
     """The result of :func:`fill_hole`."""
 
     image: np.ndarray  # uint8 H x W x 3
-    method: str  # "tile-left" | "tile-right" | "tile-top" | "tile-bottom" | "mean" | "none"
+    method: str  # "tile-left" | ... | "mean" | "telea" | "ns" | "box-<one of those>" | "none"
     fraction: float  # share of the image's pixels that were filled: hole.sum() / (H * W)
 
 
@@ -141,7 +152,7 @@ def _bbox(mask: np.ndarray) -> tuple[int, int, int, int]:
     return int(rows[0]), int(rows[-1]) + 1, int(cols[0]), int(cols[-1]) + 1
 
 
-def fill_hole(image: np.ndarray, hole: np.ndarray) -> Filled:
+def _tile_fill(image: np.ndarray, hole: np.ndarray) -> Filled:
     """Only-BG-T (Xiao et al. 2020): replace the hole with tiles of background taken from outside it.
 
     Rule: let ``(y0, y1, x0, x1)`` be the hole's bounding box (inclusive-exclusive). The candidate
@@ -191,6 +202,77 @@ def fill_hole(image: np.ndarray, hole: np.ndarray) -> Filled:
         src_y, src_x = y1 + (ys - y0) % (height - y1), xs
     out[ys, xs] = img[src_y, src_x]
     return Filled(image=out, method=f"tile-{side}", fraction=fraction)
+
+
+def box_hole(hole: np.ndarray) -> np.ndarray:
+    """The bounding box of a hole as a mask (an empty hole stays empty): a region with no object outline."""
+    hl = _as_mask(hole, "hole")
+    out = np.zeros_like(hl)
+    if hl.any():
+        y0, y1, x0, x1 = _bbox(hl)
+        out[y0:y1, x0:x1] = True
+    return out
+
+
+def _inpaint(image: np.ndarray, hole: np.ndarray, method: str) -> Filled:
+    """OpenCV's inpainting of the hole (``cv2.INPAINT_TELEA``: Telea 2004, fast marching;
+    ``cv2.INPAINT_NS``: Bertalmio et al. 2001, Navier-Stokes), radius :data:`INPAINT_RADIUS`."""
+    try:
+        import cv2
+    except ImportError as error:  # pragma: no cover - opencv is a dependency of the interventions
+        raise ValueError(f"the {method!r} fill needs OpenCV: pip install opencv-python-headless ({error})") from None
+    img, hl = _image_and_mask(image, hole, "hole")
+    n_hole = int(hl.sum())
+    if n_hole == 0:
+        return Filled(image=img.copy(), method="none", fraction=0.0)
+    if hl.all():
+        raise ValueError("the object covers the whole image: no background to keep")
+    flag = cv2.INPAINT_TELEA if method == "telea" else cv2.INPAINT_NS
+    filled = cv2.inpaint(np.ascontiguousarray(img), hl.astype(np.uint8) * 255, INPAINT_RADIUS, flag)
+    out = np.where(hl[..., None], filled, img).astype(np.uint8)
+    return Filled(image=out, method=method, fraction=n_hole / hl.size)
+
+
+def fill_hole(image: np.ndarray, hole: np.ndarray, method: str = "tile") -> Filled:
+    """The image with its hole filled by ``method`` (one of :data:`FILLS`).
+
+    ``tile`` is :func:`_tile_fill` (below); ``telea`` and ``ns`` are OpenCV's inpainting
+    (:func:`_inpaint`); ``box-<fill>`` fills the hole's bounding box (:func:`box_hole`) with
+    ``<fill>``, so no pixel of the result follows the outline of the object that was there (the
+    *ghost* a shape-reading model can take for the class, docs/interventions.md). The method
+    recorded is the fill's own (``tile-left``, ``telea``, ...) prefixed with ``box-`` for a box;
+    ``fraction`` is the share of the image that was filled. Pixels outside the (box) hole never change.
+    """
+    if method not in FILLS:
+        raise ValueError(f"unknown fill {method!r}; known: {', '.join(FILLS)}")
+    if method.startswith("box-"):
+        img, hl = _image_and_mask(image, hole, "hole")
+        box = box_hole(hl)
+        if box.all() and not hl.all():  # the box spans the image: fill the hole itself
+            box = hl
+        inner = fill_hole(img, box, method[len("box-"):])
+        return Filled(image=inner.image, method=f"box-{inner.method}", fraction=inner.fraction)
+    if method == "tile":
+        return _tile_fill(image, hole)
+    return _inpaint(image, hole, method)
+
+
+def neutral_object(background: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """The mask filled with the background's mean colour (``round(mean)`` per channel over the whole
+    image): an object-shaped patch with no texture, for the ghost control."""
+    bg, m = _image_and_mask(background, mask)
+    colour = np.clip(np.round(bg.reshape(-1, 3).astype(np.float64).mean(axis=0)), 0, 255).astype(np.uint8)
+    return np.where(m[..., None], colour, bg).astype(np.uint8)
+
+
+def uncovered_fraction(hole: np.ndarray, mask: np.ndarray) -> float:
+    """Share of a donor's hole the pasted object leaves showing: ``|hole & ~mask| / |hole|`` (0.0 for
+    an empty hole). The rest of the hole is under the object; what shows keeps the donor object's outline."""
+    hl, m = _as_mask(hole, "hole"), _as_mask(mask)
+    if hl.shape != m.shape:
+        raise ValueError(f"mask shape {m.shape} does not match hole shape {hl.shape}")
+    total = int(hl.sum())
+    return 0.0 if total == 0 else float((hl & ~m).sum() / total)
 
 
 # --- foreground / background variants ---------------------------------------------------------

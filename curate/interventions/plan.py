@@ -19,14 +19,23 @@ and its ImageNet-9 variants; Singla & Feizi 2022 and Moayeri et al. 2022 for the
 ``noise-fg``      Gaussian noise of ``sigma`` on the object's pixels (Hard ImageNet's RFS)
 ``noise-bg``      the same noise field on every other pixel
 ``adversarial``   the object on each of a fixed set of ``adversarial_backgrounds`` only-bgs
+``ghost``         a hard photo's swap donor's only-bg as it enters the swap, nothing pasted
+``ghost-neutral`` ... with the hard object's mask filled with the background's mean colour
+``swap-unghosted`` the swap with the donor's hole's bounding box filled instead of its hole (no
+                  outline of the donor's object is left)
 ================  ==========================================================================
 
-Donors are chosen by size: among the candidates (the variant's class / group rule, not the photo
-itself, with a licence that may be combined with the photo's, :func:`curate.licenses.derivative_licence`),
-the ``match_pool`` whose object covers the share of its image closest to the photo's (in log
-ratio) are kept and the donor is drawn from them. A donor whose object was about as large as the
-photo's leaves a hole that the pasted object mostly covers, and a background seen from a similar
-distance. Every draw comes from ``numpy.random.default_rng([seed, <photo id>, <variant code>])``,
+Donors are chosen by cover (``match="cover"``, the default): among the candidates (the variant's
+class / group rule, not the photo itself, with a licence that may be combined with the photo's,
+:func:`curate.licenses.derivative_licence`), the ``match_pool`` whose hole the photo's object
+covers best are kept (the smallest *uncovered* share ``|hole_d & ~mask_p| / |hole_d|``, measured
+on a :data:`COVER_GRID` square grid; ties by object size, then id) and the donor is drawn from
+them. What the object leaves of a donor's hole keeps the outline of the donor's own object, an
+object of the same class for a swap: a ghost a shape-reading model can take for the class
+(docs/interventions.md#the-ghost-control). ``max_uncovered`` refuses donors that leave more than
+that share uncovered (counted ``uncovered_over_cap:<variant>``). ``match="size"`` is the older
+rule: the ``match_pool`` whose object covers the share of its image closest to the photo's (in
+log ratio). Every draw comes from ``numpy.random.default_rng([seed, <photo id>, <variant code>])``,
 so the plan of one photo does not depend on the order of the others, and a re-run with the same
 seed, sources and settings plans the same images.
 """
@@ -34,18 +43,26 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from curate.licenses import derivative_licence
 
-__all__ = ["VARIANTS", "DONOR_VARIANTS", "VARIANT_CODES", "Source", "Assignment", "parse_variants", "plan_donors", "describe",
-           "adversarial_set", "variant_rng"]
+__all__ = ["VARIANTS", "DONOR_VARIANTS", "VARIANT_CODES", "GHOST_VARIANTS", "MATCHES", "COVER_GRID", "Source",
+           "Assignment", "parse_variants", "plan_donors", "describe", "adversarial_set", "variant_rng", "grid_mask",
+           "grid_uncovered"]
 
 VARIANTS: tuple[str, ...] = ("original", "only-fg", "no-fg", "only-bg", "mixed-same", "mixed-rand", "mixed-next",
-                             "swap", "paste", "noise-fg", "noise-bg", "adversarial")
+                             "swap", "paste", "noise-fg", "noise-bg", "adversarial", "ghost", "ghost-neutral",
+                             "swap-unghosted")
+#: The ghost control, made beside each swap of a hard photo, on the same donor (docs/interventions.md).
+GHOST_VARIANTS: tuple[str, ...] = ("ghost", "ghost-neutral", "swap-unghosted")
+#: Donor rules of :func:`plan_donors`.
+MATCHES: tuple[str, ...] = ("cover", "size")
+#: Side of the square grid the planner measures cover on (the image records the exact share).
+COVER_GRID = 32
 #: Variants whose background comes from another photo (a donor).
 DONOR_VARIANTS: tuple[str, ...] = ("mixed-same", "mixed-rand", "mixed-next", "swap", "adversarial")
 #: A fixed code per variant for the seeded draws (never renumber: plans would change).
@@ -53,7 +70,8 @@ VARIANT_CODES: dict[str, int] = {name: i for i, name in enumerate(VARIANTS)}
 
 
 def parse_variants(names: Sequence[str] | str | None) -> tuple[str, ...]:
-    """The variants asked for, in :data:`VARIANTS` order, ``original`` always included.
+    """The variants asked for, in :data:`VARIANTS` order, ``original`` always included, and the
+    ghost control (:data:`GHOST_VARIANTS`) whenever ``swap`` is: every B gets its control.
 
     Accepts a comma-separated string or a sequence; ``all`` (or None) is every variant; unknown
     names are a ValueError listing the known ones."""
@@ -65,7 +83,7 @@ def parse_variants(names: Sequence[str] | str | None) -> tuple[str, ...]:
     unknown = [n for n in items if n not in VARIANTS]
     if unknown:
         raise ValueError(f"unknown variant(s) {unknown}; known: {', '.join(VARIANTS)} (or all)")
-    asked = set(items) | {"original"}
+    asked = set(items) | {"original"} | (set(GHOST_VARIANTS) if "swap" in items else set())
     return tuple(v for v in VARIANTS if v in asked)
 
 
@@ -79,6 +97,8 @@ class Source:
     license: str
     area: float  # the object's share of the image (mask pixels / all pixels)
     can_donate: bool = True  # its background can be filled in (the object does not cover the whole image)
+    grid_mask: np.ndarray | None = field(default=None, compare=False, repr=False)  # the mask on the cover grid
+    grid_hole: np.ndarray | None = field(default=None, compare=False, repr=False)  # the hole on the cover grid
 
 
 @dataclass(frozen=True)
@@ -97,10 +117,28 @@ def variant_rng(seed: int, sample_id: str, variant: str) -> np.random.Generator:
     return np.random.default_rng([int(seed), int(sample_id[:15], 16), VARIANT_CODES[variant]])
 
 
-def _size_matched(source: Source, candidates: Sequence[Source], n: int, pool: int, rng: np.random.Generator,
-                  refused: dict[str, int]) -> list[tuple[Source, str]]:
-    """Up to ``n`` distinct donors drawn from the ``max(pool, n)`` candidates closest in object size."""
-    usable: list[tuple[float, str, Source, str]] = []
+def grid_mask(mask: np.ndarray) -> np.ndarray:
+    """A bool mask on the :data:`COVER_GRID` square grid (nearest neighbour: pixel centres sampled)."""
+    m = np.asarray(mask, dtype=bool)
+    rows = ((np.arange(COVER_GRID) + 0.5) * m.shape[0] / COVER_GRID).astype(int)
+    cols = ((np.arange(COVER_GRID) + 0.5) * m.shape[1] / COVER_GRID).astype(int)
+    return m[np.ix_(rows, cols)]
+
+
+def grid_uncovered(source: Source, donor: Source) -> float:
+    """The share of ``donor``'s hole that ``source``'s object leaves showing, on the cover grid
+    (``|hole_d & ~mask_s| / |hole_d|``; 0.0 when either has no grid masks or the hole is empty)."""
+    if source.grid_mask is None or donor.grid_hole is None:
+        return 0.0
+    total = int(donor.grid_hole.sum())
+    return 0.0 if total == 0 else float((donor.grid_hole & ~source.grid_mask).sum() / total)
+
+
+def _matched(source: Source, candidates: Sequence[Source], n: int, pool: int, rng: np.random.Generator,
+             refused: dict[str, int], variant: str, match: str = "cover",
+             max_uncovered: float | None = None) -> list[tuple[Source, str]]:
+    """Up to ``n`` distinct donors drawn from the ``max(pool, n)`` best candidates (module docstring)."""
+    usable: list[tuple[float, float, str, Source, str]] = []
     for cand in candidates:
         if cand.sample_id == source.sample_id or not cand.can_donate:
             continue
@@ -108,23 +146,33 @@ def _size_matched(source: Source, candidates: Sequence[Source], n: int, pool: in
         if licence is None:
             refused["licence_incompatible"] = refused.get("licence_incompatible", 0) + 1
             continue
+        uncovered = grid_uncovered(source, cand)
+        if max_uncovered is not None and uncovered > max_uncovered:
+            refused[f"uncovered_over_cap:{variant}"] = refused.get(f"uncovered_over_cap:{variant}", 0) + 1
+            continue
         distance = abs(math.log(max(source.area, 1e-6) / max(cand.area, 1e-6)))
-        usable.append((distance, cand.sample_id, cand, licence))
+        usable.append((uncovered if match == "cover" else 0.0, distance, cand.sample_id, cand, licence))
     if not usable:
         return []
-    usable.sort(key=lambda item: (item[0], item[1]))
+    usable.sort(key=lambda item: (round(item[0], 6), item[1], item[2]))
     nearest = usable[:max(pool, n)]
     picks = rng.choice(len(nearest), size=min(n, len(nearest)), replace=False)
-    return [(nearest[int(i)][2], nearest[int(i)][3]) for i in sorted(picks)]
+    return [(nearest[int(i)][3], nearest[int(i)][4]) for i in sorted(picks)]
 
 
 def plan_donors(sources: Sequence[Source], variants: Sequence[str], *, seed: int, swaps: int = 1, match_pool: int = 5,
-                adversarial: Sequence[Source] = ()) -> tuple[list[Assignment], dict[str, int]]:
+                adversarial: Sequence[Source] = (), match: str = "cover", max_uncovered: float | None = None
+                ) -> tuple[list[Assignment], dict[str, int]]:
     """Every donor image to make, and the counts of what could not be planned (by reason).
 
-    Reasons: ``no_donor:<variant>`` (no candidate of the right class / group), and
-    ``licence_incompatible`` (a candidate whose licence cannot be combined with the photo's).
+    Reasons: ``no_donor:<variant>`` (no candidate of the right class / group, or none under the
+    cap), ``licence_incompatible`` (a candidate whose licence cannot be combined with the photo's)
+    and ``uncovered_over_cap:<variant>`` (a candidate whose hole the object leaves more than
+    ``max_uncovered`` of; counted per candidate). The ghost variants ride on the swaps (the stage
+    makes them beside each swap of a hard photo), so they are planned here as nothing of their own.
     """
+    if match not in MATCHES:
+        raise ValueError(f"unknown donor rule {match!r}; known: {', '.join(MATCHES)}")
     by_class: dict[int, list[Source]] = {}
     for s in sorted(sources, key=lambda s: s.sample_id):
         by_class.setdefault(s.class_index, []).append(s)
@@ -149,7 +197,7 @@ def plan_donors(sources: Sequence[Source], variants: Sequence[str], *, seed: int
                     chosen.append((donor, licence))
             else:
                 candidates = _candidates(variant, source, by_class, classes, rng)
-                chosen = _size_matched(source, candidates, count, match_pool, rng, missing)
+                chosen = _matched(source, candidates, count, match_pool, rng, missing, variant, match, max_uncovered)
             if not chosen:
                 missing[f"no_donor:{variant}"] = missing.get(f"no_donor:{variant}", 0) + 1
             for k, (donor, licence) in enumerate(chosen):

@@ -1,6 +1,6 @@
 """Worlds where the answer is known: check the decomposition before trusting it on photos.
 
-Three synthetic worlds (:mod:`curate.collect.synthetic`), built by :func:`build_world`, each with
+Four synthetic worlds (:mod:`curate.collect.synthetic`), built by :func:`build_world`, each with
 its groups set from the truth (easy = the class's common background, hard = any other):
 
 - ``background``: hard photos differ from easy ones by background only. A model that leans on the
@@ -11,8 +11,13 @@ its groups set from the truth (easy = the class's common background, hard = any 
   B is close to 0, the rest close to D.
 - ``mixed``: hard photos show the object at ``scale`` (default 0.6), scored by a model that leans
   on the background: both act, and each part should match its share in the exact counterfactuals.
+- ``ghost``: hard objects at 0.3 of the easy ones' size, scored by the shape-only model: a swap
+  leaves about 90 % of the easy donor's hole uncovered, and what a fill leaves of the donor
+  object's outline (the *ghost*, an object of the same class) is class evidence the model can
+  read. Where the ghost control (``ghost_bias``) has to catch a fill that keeps the outline
+  (OpenCV's inpainting) and where covered donors and the tiled fill must bring B to the truth.
 
-All three draw the outline the same on every background (``outline="double"``), so the object's
+All four draw the outline the same on every background (``outline="double"``), so the object's
 pixels do not depend on the background and a pasted object is exactly what the generator would
 draw on the donor's background; the only gaps left between an intervention and the truth are the
 method's own (the donor's filled hole, the donor's texture, which donors were drawn). The
@@ -44,11 +49,11 @@ from curate.collect.synthetic import (
 
 __all__ = ["WORLD_KINDS", "SCALES", "world_spec", "build_world", "write_truth", "source_index"]
 
-WORLD_KINDS: tuple[str, ...] = ("background", "confound", "mixed")
+WORLD_KINDS: tuple[str, ...] = ("background", "confound", "mixed", "ghost")
 #: The object scale of hard photos per world (measured with the demo's models at 48 px, per_class
 #: 60: the shape-only model loses 59 points on hard photos of the confound world; the p = 0.9 model
 #: 82 on the mixed world, 64 of them from the background).
-SCALES: dict[str, float] = {"background": 1.0, "confound": 0.45, "mixed": 0.6}
+SCALES: dict[str, float] = {"background": 1.0, "confound": 0.45, "mixed": 0.6, "ghost": 0.3}
 
 
 def world_spec(kind: str, *, per_class: int = 60, seed: int = 3000, num_classes: int = 6, image_size: int = 48,

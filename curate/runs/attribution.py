@@ -38,7 +38,10 @@ DECOMPOSITION_NOTE = (
     "Intervals: paired bootstrap over photos within (class, group). In-sample for the split's reference model (it "
     "chose easy and hard to maximise its own drop). B assumes the mask carries the object and the filled-in hole "
     "carries no class evidence; the paste control (original - object pasted back on its own filled background) "
-    "says what cutting and pasting alone costs.")
+    "says what cutting and pasting alone costs, the ghost control (B - B unghosted: B against B on the same donors "
+    "with each hole's bounding box filled, no outline of the donor's object left) what the filled hole adds to B; "
+    "ghost / ghost-neutral: how often the model names the class from the donor's filled background alone / with the "
+    "object's mask in the mean colour, against chance.")
 
 
 def _f(x: Any) -> float:
@@ -181,16 +184,19 @@ class AttributionRun(RunRecord):
         raise KeyError(f"{run_or_label!r} is not among {[m.run for m in self.models]}")
 
     def decomposition_rows(self) -> list[list[str]]:
-        """Per model: D, B, rest (points with 95% intervals), the paste control, classes used and flagged."""
+        """Per model: D, B, rest (points with 95% intervals), the paste control, the ghost control (B - B
+        unghosted) and B unghosted, classes used and flagged."""
         rows = []
         for m in self.models:
             rows.append([m.model, m.label_space, *(_cell(m.value(k), m.interval(k))
-                                                   for k in ("drop", "background_part", "rest", "paste_cost")),
+                                                   for k in ("drop", "background_part", "rest", "paste_cost",
+                                                             "ghost_bias", "background_part_unghosted")),
                          str(m.classes_used), str(len(m.flagged))])
         return rows
 
     def anchor_rows(self) -> list[list[str]]:
-        """Per model: only-FG, no-FG, only-BG, mixed-same, mixed-rand, BG-gap, RFS, adversarial, chance."""
+        """Per model: only-FG, no-FG, only-BG, mixed-same, mixed-rand, BG-gap, RFS, adversarial, the ghost
+        alone and with a neutral object (accuracy), chance."""
         rows = []
         for m in self.models:
             cells = [pct(m.value(k)) + pct_ci(m.interval(k)) for k in ("only_fg", "no_fg", "only_bg", "mixed_same",
@@ -198,12 +204,14 @@ class AttributionRun(RunRecord):
             cells.append(_cell(m.value("bg_gap"), m.interval("bg_gap")))
             cells.append(num(m.value("rfs"), 2, signed=True) + ci(m.interval("rfs"), 2))
             cells.append(pct(m.value("adversarial")) + pct_ci(m.interval("adversarial")))
+            cells += [pct(m.value(k)) + pct_ci(m.interval(k)) for k in ("ghost", "ghost_neutral")]
             cells.append(pct(m.chance, 2))
             rows.append([m.model, *cells])
         return rows
 
     def class_rows(self, model: ModelAttribution) -> list[list[str]]:
-        """Per class of one model: easy, hard, D, B, rest, hard-on-easy, the control and the flag or reason."""
+        """Per class of one model: easy, hard, D, B, rest, the paste control, the ghost control, B unghosted
+        and the flag or reason."""
         rows = []
         for c in model.classes:
             def cell(k: str, c: ClassRow = c) -> str:
@@ -211,7 +219,8 @@ class AttributionRun(RunRecord):
 
             rows.append([c.label, str(c.n_easy), str(c.n_hard), pct(c.values.get("easy", math.nan)),
                          pct(c.values.get("hard", math.nan)), cell("drop"), cell("background_part"), cell("rest"),
-                         pct(c.values.get("paste_cost", math.nan), signed=True), c.flag or c.reason or ""])
+                         pct(c.values.get("paste_cost", math.nan), signed=True), cell("ghost_bias"),
+                         cell("background_part_unghosted"), c.flag or c.reason or ""])
         return rows
 
     def markdown(self) -> str:
@@ -220,17 +229,18 @@ class AttributionRun(RunRecord):
                  f"Intervention: `{self.intervention.get('run')}` of `{self.intervention.get('source_name')}` "
                  f"(noise sigma {self.intervention.get('sigma')} on the [0, 1] scale). Points (percentage points, 95% "
                  f"paired bootstrap intervals, {self.settings.get('n_boot')} replicates). A class is flagged when the "
-                 f"paste control loses more than {100 * self.threshold:.0f} points.", "",
+                 f"paste control loses, or the ghost control moves B by, more than {100 * self.threshold:.0f} "
+                 "points.", "",
                  md_table(["model", "label space", "drop D", "background B", "rest D - B", "paste control",
-                                 "classes", "flagged"], self.decomposition_rows()), "",
+                           "ghost control", "B unghosted", "classes", "flagged"], self.decomposition_rows()), "",
                  "Backgrounds Challenge and Hard ImageNet numbers (accuracy in %, RFS in [-1, 1]; chance = one "
                  "guess among the candidate labels):", "",
                  md_table(["model", "only-FG", "no-FG", "only-BG", "mixed-same", "mixed-rand", "BG-gap", "RFS",
-                                 "adversarial", "chance"], self.anchor_rows())]
+                           "adversarial", "ghost", "ghost-neutral", "chance"], self.anchor_rows())]
         for m in self.models:
             parts += ["", f"## {m.model} ({m.label_space})", "",
                       md_table(["class", "easy n", "hard n", "easy", "hard", "D", "B", "rest", "paste control",
-                                      "note"], self.class_rows(m))]
+                                "ghost control", "B unghosted", "note"], self.class_rows(m))]
         return "\n".join(parts) + "\n"
 
     def csv(self) -> str:

@@ -21,7 +21,8 @@ Files (``runs/<name>/``):
   ``donor_group``, ``background`` (the background label the image shows, when known),
   ``filled_fraction`` (share of the image's pixels that were filled in, not photographed),
   ``fill`` (how the hole was filled), ``license`` (the image's licence: the stricter of the
-  source's and the donor's).
+  source's and the donor's), ``uncovered`` (donor variants: the share of the donor's hole that
+  the pasted object leaves showing, ``|hole_d & ~mask| / |hole_d|``; null for the others).
 """
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ VARIANT_COLUMNS: tuple[tuple[str, str], ...] = (
     ("sample_id", "string"), ("variant", "string"), ("source_sample_id", "string"), ("class_index", "int32"),
     ("group", "string"), ("k", "int32"), ("donor_sample_id", "string"), ("donor_class_index", "int32"),
     ("donor_group", "string"), ("background", "string"), ("filled_fraction", "float64"), ("fill", "string"),
-    ("license", "string"),
+    ("license", "string"), ("uncovered", "float64"),
 )
 
 
