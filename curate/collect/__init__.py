@@ -6,6 +6,10 @@
   masks, :func:`collect_coco`;
 - :mod:`~curate.collect.folder`: ImageFolder and the released CounterAnimal layout,
   :func:`import_folder`;
+- :mod:`~curate.collect.hub`: a Hugging Face dataset (repo, Hub folder, ``datasets`` save),
+  a folder curate published row for row, :func:`collect_hub`;
+- :mod:`~curate.collect.fiftyone_import`: a FiftyOne dataset or saved view (class, object
+  masks, tags, named fields), :func:`collect_fiftyone`;
 - :mod:`~curate.collect.composite`: masked objects on colours or background images with a
   planted correlation, :func:`compose`;
 - :mod:`~curate.collect.synthetic`: the synthetic world.
@@ -27,6 +31,9 @@ _EXPORTS = {
     "collect_coco": "curate.collect.coco",
     "instance_masks": "curate.collect.coco",
     "import_folder": "curate.collect.folder",
+    "collect_hub": "curate.collect.hub",
+    "collect_fiftyone": "curate.collect.fiftyone_import",
+    "FiftyOneImportError": "curate.collect.fiftyone_import",
     "compose": "curate.collect.composite",
     "CompositeSpec": "curate.collect.composite",
     "collect_synthetic": "curate.collect.synthetic",
@@ -35,9 +42,9 @@ _EXPORTS = {
     "collection_failures": "curate.collect.journal",
 }
 
-__all__ = ["CollectReport", "CompositeSpec", "INatClass", "PoliteClient", "classes_from_text",
-           "collect_coco", "collect_inat", "collect_synthetic", "collection_failures", "compose",
-           "import_folder", "instance_masks", "load_recipe"]
+__all__ = ["CollectReport", "CompositeSpec", "FiftyOneImportError", "INatClass", "PoliteClient",
+           "classes_from_text", "collect_coco", "collect_fiftyone", "collect_hub", "collect_inat", "collect_synthetic",
+           "collection_failures", "compose", "import_folder", "instance_masks", "load_recipe"]
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -260,7 +260,7 @@ def import_folder(
     Returns the run's :class:`CollectReport` (``report.info["skipped_files"]`` lists files left out).
     """
     root = Path(dataset_root)
-    existing = _existing_dataset(root, label_space, backgrounds)
+    existing = existing_dataset(root, label_space, backgrounds)
     space = existing.label_space if existing is not None else (label_space or imagenet1k())
     vocabulary = existing.backgrounds if existing is not None else list(backgrounds or DEFAULT_BACKGROUNDS)
     # every problem of the source (names, CSV) is found before the dataset is created or touched
@@ -311,7 +311,7 @@ def import_folder(
     return report
 
 
-def _existing_dataset(root: Path, label_space: LabelSpace | None, backgrounds: Sequence[str] | None) -> Dataset | None:
+def existing_dataset(root: Path, label_space: LabelSpace | None, backgrounds: Sequence[str] | None) -> Dataset | None:
     """The dataset already at ``root`` (None when there is none), e.g. one ``curate create`` made.
 
     As the other collectors: it keeps its own label space and backgrounds; a ``label_space`` that

@@ -8,7 +8,8 @@
 Modules: :mod:`.base` (the contract: :class:`Proposal`, specs, the registry), :mod:`.common`
 (model folders, identity, batching of the ``transformers`` backends), :mod:`.clipseg`,
 :mod:`.sam3`, :mod:`.grounded` (OWLv2 or Grounding DINO boxes -> SAM masks), :mod:`.cam` (the
-dataset's own CLIP's saliency, thresholded). Definitions of mask and score: each backend's docstring and
+dataset's own CLIP's saliency, thresholded), :mod:`.salient` (U2-Net / IS-Net / BiRefNet salient-object
+models in ONNX Runtime). Definitions of mask and score: each backend's docstring and
 docs/masks.md. Importing this package does not import torch or transformers.
 """
 from __future__ import annotations

@@ -12,6 +12,8 @@ spec                                            backend
 ``sam:PATH+owlv2:PATH``                         OWLv2 boxes -> SAM masks (GroundedSAM recipe)
 ``sam:PATH+grounding-dino:PATH``                Grounding DINO boxes -> SAM masks
 ``cam:<clip spec>``                             the dataset's own CLIP's saliency, thresholded
+``salient:PATH.onnx[#preset]``                  a salient-object model (U2-Net, IS-Net, BiRefNet)
+                                                in ONNX Runtime; no text
 ==============================================  ===========================================
 
 :func:`parse_mask_spec` reads a spec; :func:`load_mask_model` loads its proposer (the module of
@@ -31,7 +33,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from PIL import Image
 
 __all__ = ["Proposal", "MaskProposer", "MaskModelSpec", "MaskSpecError", "BACKENDS", "parse_mask_spec",
-           "load_mask_model", "mask_model_identity"]
+           "load_mask_model", "mask_model_identity", "checked_request"]
 
 
 class MaskSpecError(ValueError):
@@ -64,10 +66,22 @@ class MaskProposer(Protocol):
         ...
 
 
+def checked_request(images: Sequence[Any], prompts: Sequence[str], threshold: float) -> float:
+    """The checks every :meth:`MaskProposer.propose` makes first: one prompt per image and a
+    threshold in [0, 1] (returned as a float)."""
+    if len(images) != len(prompts):
+        raise ValueError(f"{len(images)} images but {len(prompts)} prompts")
+    threshold = float(threshold)
+    if not 0.0 <= threshold <= 1.0:
+        raise ValueError(f"threshold must be in [0, 1], got {threshold}")
+    return threshold
+
+
 @dataclass(frozen=True)
 class MaskModelSpec:
     """A parsed spec: ``backend`` (a key of :data:`BACKENDS`), ``parts`` (role -> folder or repo
-    id, or the CLIP spec for ``cam``), and the ``text`` it was read from."""
+    id, the CLIP spec for ``cam``, the file and options for ``salient``), and the ``text`` it was
+    read from."""
 
     backend: str
     parts: dict[str, str] = field(default_factory=dict)
@@ -81,10 +95,12 @@ BACKENDS: dict[str, tuple[str, str]] = {
     "sam3": ("curate.masks.backends.sam3:load", "curate.masks.backends.sam3:identity"),
     "grounded": ("curate.masks.backends.grounded:load", "curate.masks.backends.grounded:identity"),
     "cam": ("curate.masks.backends.cam:load", "curate.masks.backends.cam:identity"),
+    "salient": ("curate.masks.backends.salient:load", "curate.masks.backends.salient:identity"),
 }
 #: The box detectors the grounded backend pairs with SAM.
 DETECTORS: tuple[str, ...] = ("owlv2", "grounding-dino")
-_FORMS = ("clipseg:PATH", "sam3:PATH", "sam:PATH+owlv2:PATH", "sam:PATH+grounding-dino:PATH", "cam:<clip spec>")
+_FORMS = ("clipseg:PATH", "sam3:PATH", "sam:PATH+owlv2:PATH", "sam:PATH+grounding-dino:PATH", "cam:<clip spec>",
+          "salient:PATH.onnx")
 
 
 def parse_mask_spec(text: str | MaskModelSpec) -> MaskModelSpec:
@@ -99,6 +115,8 @@ def parse_mask_spec(text: str | MaskModelSpec) -> MaskModelSpec:
         return MaskModelSpec(prefix, {prefix: rest}, text)
     if prefix == "cam":
         return MaskModelSpec("cam", {"clip": rest}, text)
+    if prefix == "salient":  # the file and its options: curate.masks.backends.salient.parse_salient_spec
+        return MaskModelSpec("salient", {"salient": rest}, text)
     if prefix == "sam":
         sam, plus, detector = rest.partition("+")
         name, colon, folder = detector.partition(":")

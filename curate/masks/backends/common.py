@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from curate.masks.backends.base import MaskModelSpec, MaskSpecError, Proposal
+from curate.masks.backends.base import MaskModelSpec, MaskSpecError, Proposal, checked_request
 from curate.models.base import ModelError, check_precision, resolve_device
 from curate.models.hf_folders import (
     precision_dtype,
@@ -241,11 +241,7 @@ class HFProposer(abc.ABC):
         """One :class:`Proposal` per image, in order (the backend's docstring defines mask and score)."""
         from curate.engine.base import halving
 
-        if len(images) != len(prompts):
-            raise ValueError(f"{len(images)} images but {len(prompts)} prompts")
-        threshold = float(threshold)
-        if not 0.0 <= threshold <= 1.0:
-            raise ValueError(f"threshold must be in [0, 1], got {threshold}")
+        threshold = checked_request(images, prompts, threshold)
         empty = [i for i, p in enumerate(prompts) if not str(p).strip()]
         if empty:
             raise ValueError(f"empty prompt for image(s) {empty[:5]}: every image needs its class text")
