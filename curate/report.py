@@ -240,6 +240,30 @@ def _drops_section(doc: Document, ds: Any, out: Path, split: Any, notes: Sequenc
         doc.table(["class", "reason"], [[f"{names[c.class_index]} ({c.class_index})", c.reason] for c in split.dropped])
 
 
+def _plan_section(doc: Document, ds: Any, out: Path, split: Any, half_width: float = 0.05) -> None:
+    """The collection plan (``curate plan`` at +-5 points): photos each class still needs."""
+    from curate.split.plan import make_plan, plan_figure
+
+    if split is None or not any(c.n_easy and c.n_hard for c in split.kept):
+        return
+    plan = make_plan(split, ds.table().column("status").to_pylist(), half_width=half_width)
+    doc.heading("Collection plan")
+    write_bytes(out / "plan.png", plan_figure(plan))
+    doc.image("plan.png", f"drop half-width per class now (bootstrap) and after the plan (predicted), target "
+                          f"+-{100 * half_width:g} points")
+    cost = f"{plan.review_cost:.2f} photos reviewed per accepted photo" if plan.accepted else "unknown (no review yet)"
+    doc.text(f"Photos each class still needs for a drop interval of +-{100 * half_width:g} points (`curate plan`; "
+             f"it {plan.assumption}). Review cost: {cost}. Mean drop: half-width {_num(plan.overall_now, 1, 100)} "
+             f"now, {_num(plan.overall_after, 1, 100)} after the plan. `curate collect inat DIR --fill "
+             f"{split.name}` fetches them, steered to the hard background.")
+    names = ds.label_space.names
+    doc.table(["class", "n easy", "n hard", "half-width now (points)", "need easy", "need hard", "after [range]",
+               "photos to review"],
+              [[f"{names[c.class_index]} ({c.class_index})", c.n_easy, c.n_hard, _num(c.half_width_bootstrap, 1, 100),
+                c.need_easy, c.need_hard, f"{_num(c.half_width_after, 1, 100)} [{_num(c.half_width_after_range[0], 1, 100)}"
+                f", {_num(c.half_width_after_range[1], 1, 100)}]", _num(c.review_photos, 0)] for c in plan.classes])
+
+
 @dataclass(frozen=True)
 class _Counts:
     """A class's easy and hard image counts (what Fig. 3 plots)."""
@@ -428,20 +452,20 @@ def _attribution_section(doc: Document, root: Path, out: Path) -> None:
         doc.text(f"`{run.name}`: intervention `{source.get('run')}` of `{source.get('source_name')}`, "
                  f"{run.settings.get('n_boot')} paired bootstrap replicates; "
                  f"{MaskCounts.from_dict(source.get('masks')).line()}.{truth} A class is flagged when its paste "
-                 f"control loses more than {100 * run.threshold:.0f} points.")
-        doc.table(["model", "label space", "drop D", "background B", "rest D - B", "paste control", "classes",
-                   "flagged"], run.decomposition_rows())
+                 f"control loses, or its ghost control moves B by, more than {100 * run.threshold:.0f} points.")
+        doc.table(["model", "label space", "drop D", "background B", "rest D - B", "paste control", "ghost control",
+                   "B unghosted", "classes", "flagged"], run.decomposition_rows())
         doc.text("The anchors' numbers (Xiao et al. 2020; Moayeri et al. 2022): accuracy in %, RFS in [-1, 1], "
                  "chance = one guess among the candidate labels.")
         doc.table(["model", "only-FG", "no-FG", "only-BG", "mixed-same", "mixed-rand", "BG-gap", "RFS", "adversarial",
-                   "chance"], run.anchor_rows())
+                   "ghost", "ghost-neutral", "chance"], run.anchor_rows())
         figure = f"decomposition_{run.name}.png"
         write_bytes(out / figure, decomposition_png(run.models))
         doc.image(figure, f"Per class: observed drop D, background part B and the rest (points), run {run.name}")
         for model in run.models:
             doc.text(f"Per class, {model.model} ({model.label_space}):")
-            doc.table(["class", "easy n", "hard n", "easy", "hard", "D", "B", "rest", "paste control", "note"],
-                      run.class_rows(model))
+            doc.table(["class", "easy n", "hard n", "easy", "hard", "D", "B", "rest", "paste control", "ghost control",
+                       "B unghosted", "note"], run.class_rows(model))
 
 
 def vlm_quality_summaries(root: Path) -> tuple[list[Any], list[str]]:
@@ -576,7 +600,7 @@ def build_report(
     ds = Dataset.open(root)
     out = Path(out_dir) if out_dir is not None else ds.root / RUNS_DIR / "report"
     out.mkdir(parents=True, exist_ok=True)
-    for stale in ("fig2_scatter.png", "fig3_counts.png", "fig4_drops.png", "gallery.png", "table2.csv"):
+    for stale in ("fig2_scatter.png", "fig3_counts.png", "fig4_drops.png", "gallery.png", "table2.csv", "plan.png"):
         (out / stale).unlink(missing_ok=True)  # a figure whose inputs are gone must not linger
     for stale in [*out.glob("fidelity_*.png"), *out.glob("reliability_*.png"), *out.glob("decomposition_*.png")]:
         stale.unlink(missing_ok=True)
@@ -587,6 +611,7 @@ def build_report(
     split = _split_run(ds, notes)
     _layout_section(doc, ds, out, split)
     _drops_section(doc, ds, out, split, notes)
+    _plan_section(doc, ds, out, split)
     _evaluation_section(doc, ds.root, out, runs)
     _saliency_section(doc, ds.root)
     _fidelity_section(doc, ds.root, out)

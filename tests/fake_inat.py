@@ -1,6 +1,8 @@
 """A fake iNaturalist v1 API and photo server on 127.0.0.1 (stdlib http.server), for offline tests.
 
-It serves a generated world in the v1 schema (``/v1/taxa``, ``/v1/taxa/<id>``,
+It serves a generated world (:func:`make_world`, or the planted-place world of :func:`make_place_world`,
+where a photo's background follows its place and month, with ``month`` and ``swlat``/``swlng``/``nelat``/
+``nelng`` filters) in the v1 schema (``/v1/taxa``, ``/v1/taxa/<id>``,
 ``/v1/observations`` with ``taxon_id``, ``photos``, ``quality_grade``, ``photo_license``,
 ``order_by=id``, ``order``, ``id_below``/``id_above``, ``per_page`` <= 200, and iNaturalist's
 refusal of ``page`` past 10,000 results) and generated JPEGs under
@@ -67,6 +69,7 @@ class FakePhoto:
     license: str | None
     content_seed: int
     user: str
+    background: str | None = None  # the planted-place world's photos show their background (photo_jpeg)
 
     def as_json(self, base: str) -> dict[str, Any]:
         code = self.license
@@ -88,16 +91,32 @@ class FakeObservation:
     photos: list[FakePhoto]
     quality_grade: str = "research"
     user: str = "observer"
+    #: the planted-place world (:func:`make_place_world`): where and when, and the background that follows
+    lat: float | None = None
+    lng: float | None = None
+    month: int | None = None
+    background: str | None = None
+
+    @property
+    def where(self) -> tuple[float, float]:
+        """(latitude, longitude): the planted place, else the default world's made-up one."""
+        if self.lat is not None and self.lng is not None:
+            return self.lat, self.lng
+        return 10 + self.id % 50 + 0.5, 20 + self.id % 30 + 0.25
 
     def as_json(self, base: str) -> dict[str, Any]:
         day = 1 + self.id % 28
+        month = self.month or 5
+        lat, lng = self.where
         return {
             "id": self.id, "uuid": f"00000000-0000-4000-8000-{self.id:012d}", "quality_grade": self.quality_grade,
-            "observed_on": f"2023-05-{day:02d}", "time_observed_at": f"2023-05-{day:02d}T10:{self.id % 60:02d}:00+00:00",
-            "observed_on_details": {"date": f"2023-05-{day:02d}", "year": 2023, "month": 5, "day": day},
-            "created_at": f"2023-05-{day:02d}T12:00:00+00:00", "updated_at": f"2023-05-{day:02d}T12:00:00+00:00",
-            "place_guess": f"Test Place {self.id % 7}, Testland", "location": f"{10 + self.id % 50}.5,{20 + self.id % 30}.25",
-            "geojson": {"type": "Point", "coordinates": [20 + self.id % 30 + 0.25, 10 + self.id % 50 + 0.5]},
+            "observed_on": f"2023-{month:02d}-{day:02d}",
+            "time_observed_at": f"2023-{month:02d}-{day:02d}T10:{self.id % 60:02d}:00+00:00",
+            "observed_on_details": {"date": f"2023-{month:02d}-{day:02d}", "year": 2023, "month": month, "day": day},
+            "created_at": f"2023-{month:02d}-{day:02d}T12:00:00+00:00",
+            "updated_at": f"2023-{month:02d}-{day:02d}T12:00:00+00:00",
+            "place_guess": f"Test Place {self.id % 7}, Testland", "location": f"{lat},{lng}",
+            "geojson": {"type": "Point", "coordinates": [lng, lat]},
             "geoprivacy": None, "obscured": False, "captive": False, "license_code": "cc-by-nc",
             "uri": f"https://www.inaturalist.org/observations/{self.id}",
             "species_guess": self.taxon.common, "taxon": self.taxon.as_json(),
@@ -116,6 +135,10 @@ class World:
     taxa: list[FakeTaxon]
     observations: list[FakeObservation]
     photos: dict[int, FakePhoto] = field(default_factory=dict)
+
+    def background_of(self, photo_id: int) -> str | None:
+        """The planted background of a photo (None outside the planted-place world)."""
+        return next((o.background for o in self.observations if any(p.id == photo_id for p in o.photos)), None)
 
 
 def make_world(n_per_taxon: int = 12, seed: int = 0) -> World:
@@ -163,11 +186,60 @@ def make_world(n_per_taxon: int = 12, seed: int = 0) -> World:
     return World(taxa=taxa, observations=observations, photos=photos)
 
 
-def photo_jpeg(content_seed: int, size: str = "medium") -> bytes:
-    """A deterministic JPEG for a photo (noise + blocks, so every seed differs)."""
+#: The planted-place world's rule: snow in the north in the cold months, water on the coast band, else grass.
+PLACE_COLD_MONTHS = (11, 12, 1, 2, 3)
+PLACE_COAST = (-12.0, 12.0)  # the longitudes of the coast band
+
+
+def planted_background(lat: float, lng: float, month: int) -> str:
+    """The background a photo taken at (lat, lng) in ``month`` has in the planted-place world."""
+    if lat > 45 and month in PLACE_COLD_MONTHS:
+        return "snow"
+    if PLACE_COAST[0] <= lng <= PLACE_COAST[1]:
+        return "water"
+    return "grass"
+
+
+def make_place_world(n_per_taxon: int = 3000, seed: int = 0, taxa: tuple[int, ...] = (20001,)) -> World:
+    """A world where the truth is known: ``n_per_taxon`` research-grade observations of each taxon
+    (one CC-BY photo each) spread uniformly over latitudes -60..70, longitudes -180..180 and the
+    twelve months; each photo's background follows :func:`planted_background` (about 8% snow, 7%
+    water, the rest grass). ``World.background_of(photo_id)`` is the truth."""
+    rng = random.Random(seed)
+    base = make_world(n_per_taxon=1, seed=seed)
+    chosen = [t for t in base.taxa if t.id in taxa]
+    photos: dict[int, FakePhoto] = {}
+    observations: list[FakeObservation] = []
+    obs_id, photo_id = 100000, 500000
+    for taxon in chosen:
+        for k in range(n_per_taxon):
+            obs_id += 1
+            photo_id += 1
+            lat, lng, month = round(rng.uniform(-60, 70), 3), round(rng.uniform(-180, 180), 3), rng.randint(1, 12)
+            background = planted_background(lat, lng, month)
+            photo = FakePhoto(photo_id, "cc-by", content_seed=photo_id, user=f"user{k % 40}", background=background)
+            photos[photo_id] = photo
+            observations.append(FakeObservation(obs_id, taxon, [photo], "research", user=f"user{k % 40}", lat=lat,
+                                                lng=lng, month=month, background=background))
+    return World(taxa=base.taxa, observations=observations, photos=photos)
+
+
+#: The colour a planted background tints its photos with (photo_jpeg), so a CLIP can tell them apart.
+BACKGROUND_COLOURS = {"snow": (235, 240, 250), "grass": (60, 150, 50), "water": (40, 90, 190)}
+
+
+def photo_jpeg(content_seed: int, size: str = "medium", background: str | None = None) -> bytes:
+    """A deterministic JPEG for a photo (noise + blocks, so every seed differs). With a ``background``
+    (the planted-place world), the blocks around a central object (2 x 2 noise blocks) are its
+    colour with some noise, as a photo shows its background around the animal."""
     side = PHOTO_SIZES.get(size, 160)
     rng = np.random.default_rng(content_seed)
     base = rng.integers(0, 256, (6, 8, 3), dtype=np.uint8)
+    if background is not None:
+        tint = np.array(BACKGROUND_COLOURS[background], dtype=np.int16)
+        around = np.clip(tint + rng.integers(-30, 31, (6, 8, 3)), 0, 255).astype(np.uint8)
+        around[2:4, 3:5] = base[2:4, 3:5]
+        base = around
     img = Image.fromarray(base).resize((side, side * 3 // 4), Image.NEAREST)
     buffer = io.BytesIO()
     img.save(buffer, "JPEG", quality=90)
@@ -207,7 +279,7 @@ class FakeINat:
         self._api_count = 0
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
-        self._jpegs: dict[tuple[int, str], bytes] = {}
+        self._jpegs: dict[tuple[int, str, str | None], bytes] = {}
 
     # ------------------------------------------------------------------ lifecycle
     def __enter__(self) -> FakeINat:
@@ -270,11 +342,11 @@ class FakeINat:
         return out
 
     def jpeg(self, photo: FakePhoto, size: str) -> bytes:
-        key = (photo.content_seed, size)
+        key = (photo.content_seed, size, photo.background)
         with self.lock:
             data = self._jpegs.get(key)
         if data is None:
-            data = photo_jpeg(photo.content_seed, size)
+            data = photo_jpeg(photo.content_seed, size, photo.background)
             with self.lock:
                 self._jpegs[key] = data
         return data
@@ -333,11 +405,22 @@ class FakeINat:
                 continue
             if q.get("id_above") and obs.id <= int(q["id_above"]):
                 continue
+            if q.get("month") and (obs.month or 5) not in {int(m) for m in q["month"].split(",")}:
+                continue
+            if not _in_box(obs.where, q):
+                continue
             rows.append(obs)
         rows.sort(key=lambda o: o.id, reverse=q.get("order", "desc") == "desc")
         chunk = rows[(page - 1) * per_page: page * per_page]
         return 200, {"total_results": len(rows), "page": page, "per_page": per_page,
                      "results": [o.as_json(self.base_url) for o in chunk]}, {}
+
+
+def _in_box(where: tuple[float, float], q: dict[str, str]) -> bool:
+    """iNaturalist's bounding-box filter (``swlat``, ``swlng``, ``nelat``, ``nelng``; any may be absent)."""
+    lat, lng = where
+    return (float(q.get("swlat", -90)) <= lat <= float(q.get("nelat", 90))
+            and float(q.get("swlng", -180)) <= lng <= float(q.get("nelng", 180)))
 
 
 class _Handler(BaseHTTPRequestHandler):

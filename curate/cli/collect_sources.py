@@ -17,7 +17,14 @@ from rich.table import Table
 
 from curate.cli import err, out, progress
 from curate.cli.collect import collect
-from curate.cli.options import UserPath, creation_vocabulary, mask_trust_option
+from curate.cli.options import (
+    CLIP_ONLY,
+    UserPath,
+    creation_vocabulary,
+    mask_trust_option,
+    model_options,
+    one_model_spec,
+)
 
 _RATE_HELP = "'none' for no limit"
 
@@ -87,6 +94,10 @@ def _print_report(report: Any, extra_columns: dict[str, dict[str, str]] | None =
                     "again to retry what failed")
 
 
+#: The helpers above under public names, for the other collect verbs' modules (collect_hub, ...).
+collect_bar, interruptible, print_collect_report = _bar, _interruptible, _print_report
+
+
 def _pairs(values: tuple[str, ...], option: str) -> dict[str, str]:
     parsed: dict[str, str] = {}
     for value in values:
@@ -142,13 +153,33 @@ def _timeout(seconds: float) -> tuple[float, float]:
               help="First backoff (s); doubles per attempt, capped at 60 s.")
 @click.option("--name", help="Dataset name when creating it (default: the folder's name).")
 @click.option("--resolve-only", is_flag=True, help="Resolve and print the taxa, download nothing.")
+@click.option("--fill", "fill_split", metavar="RUN",
+              help="Fill the thin groups of split run RUN: photos steered to the group's places and months, proposed "
+                   "for review (see `curate plan`).")
+@click.option("--class", "fill_classes", multiple=True, type=int, help="With --fill: only these class indices.")
+@click.option("--group", "fill_group_name", type=click.Choice(["hard", "easy"]), default="hard", show_default=True,
+              help="With --fill: the group to fill.")
+@click.option("--n", "fill_n", type=int, help="With --fill: photos per class (default: what `curate plan` says).")
+@click.option("--half-width", "fill_half_width", type=float, default=5.0, show_default=True,
+              help="With --fill and no --n: the plan's target half-width, in points.")
+@click.option("--over-fetch", type=float, default=3.0, show_default=True,
+              help="With --fill: candidates listed and scored per photo added.")
+@click.option("--steer/--no-steer", default=True, show_default=True,
+              help="With --fill: steer the query by the group's provenance (--no-steer: the newest photos).")
+@model_options(required=False, accepts=CLIP_ONLY)
 def collect_inat_cmd(directory: Path, classes: str | None, recipe: str | None, per_class: int | None,
                      taxa: tuple[str, ...], quality_grade: str, licenses: str, allow_restricted_licenses: bool,
                      photos_per_observation: int, photo_size: str, api_url: str, photo_hosts: tuple[str, ...],
                      params: tuple[str, ...], per_page: int, order: str, api_rate: str, download_rate: str, byte_rate: str,
                      concurrency: int, contact: str | None, timeout: float, retries: int, retry_backoff: float,
-                     name: str | None, resolve_only: bool) -> None:
-    """Collect the latest iNaturalist photos of ImageNet-1K classes (resumable, rate-limited)."""
+                     name: str | None, resolve_only: bool, fill_split: str | None = None,
+                     fill_classes: tuple[int, ...] = (), fill_group_name: str = "hard", fill_n: int | None = None,
+                     fill_half_width: float = 5.0, over_fetch: float = 3.0, steer: bool = True,
+                     model: str | None = None, pretrained: str | None = None) -> None:
+    """Collect the latest iNaturalist photos of ImageNet-1K classes (resumable, rate-limited).
+
+    With --fill, --model (a CLIP) ranks the over-fetched candidates by their background embedding
+    instead of by place and month."""
     from dataclasses import replace
 
     from curate.collect.http import RetryPolicy
@@ -160,6 +191,21 @@ def collect_inat_cmd(directory: Path, classes: str | None, recipe: str | None, p
         parse_taxon_overrides,
     )
 
+    if (model or pretrained) and not fill_split:
+        raise click.UsageError("--model scores --fill candidates; give --fill RUN")
+    if fill_split:
+        scorer = one_model_spec(model, pretrained) if (model or pretrained) else None
+        client = make_client(api_url=api_url, photo_hosts=photo_hosts, api_rate=api_rate, download_rate=download_rate,
+                             byte_rate=byte_rate, contact=contact, timeout=_timeout(timeout),
+                             retry=RetryPolicy(max_attempts=max(1, retries), backoff_base=retry_backoff))
+        try:
+            _fill(directory, fill_split, fill_classes, fill_group_name, fill_n, fill_half_width / 100, over_fetch,
+                  steer, client=client, api_url=api_url, licenses=licenses,
+                  allow_restricted_licenses=allow_restricted_licenses, photo_size=photo_size, per_page=per_page,
+                  concurrency=concurrency, taxa=parse_taxon_overrides(taxa), model=scorer)
+        finally:
+            client.close()
+        return
     if bool(classes) == bool(recipe):
         raise click.UsageError("give --classes or --recipe (one of them)")
     recipe_data: dict[str, Any] = {}
@@ -204,6 +250,37 @@ def collect_inat_cmd(directory: Path, classes: str | None, recipe: str | None, p
         out().print(table)
         return
     _print_report(report, {"taxon": taxa_column})
+
+
+def _fill(directory: Path, split: str, classes: tuple[int, ...], group: str, n: int | None, half_width: float,
+          over_fetch: float, steer: bool, **kwargs: Any) -> None:
+    """``collect inat --fill``: :func:`curate.collect.fill.fill_group` over what the plan says is missing."""
+    from curate.collect.fill import fill_group, wanted_from_split
+    from curate.shell import suggest
+
+    wanted = wanted_from_split(directory, split, group=group, classes=classes, n=n, half_width=half_width)
+    if not wanted:
+        out().print(f"no class of split {split} needs {group} photos for +-{100 * half_width:g} points")
+        return
+    with _interruptible(), _bar(f"filling {group}", sum(wanted.values())) as update:
+        report = fill_group(directory, wanted, group=group, split=split, steer=steer, over_fetch=over_fetch,
+                            progress=update, **kwargs)
+    ranked = {"embedding": f"ranked by background embedding ({kwargs['model'].label})" if kwargs.get("model") else "",
+              "place-month": "ranked by place and month (give --model to rank by background embedding)",
+              "none": "newest first"}[report.scored_by]
+    table = Table(title=f"proposed for {group} (split {split}; {'steered' if steer else 'unsteered'}; {ranked})",
+                  title_justify="left", show_edge=False)
+    for column in ("class", "wanted", "listed", "added", "query"):
+        table.add_column(column, justify="left" if column in ("class", "query") else "right")
+    for entry in report.classes:
+        table.add_row(entry.label, str(entry.wanted), str(entry.listed), str(entry.added),
+                      " ".join(f"{k}={v}" for k, v in entry.query.items()) or "(unsteered)")
+    out().print(table)
+    review = suggest("curate review fiftyone {dir} --launch", dir=directory)
+    where = ('; the view "proposed for hard" (FiftyOne; Label Studio: --view "proposed for hard") lists them'
+             if group == "hard" else "")
+    out().print(f"the new photos are candidates tagged proposed:{group}: review their background as usual "
+                f"(`{review}`){where}")
 
 
 # ------------------------------------------------------------------------------------------

@@ -1,0 +1,139 @@
+"""``curate plan``: the drop's half-width now and the photos each group needs (formula and CLI)."""
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from publish_helpers import make_dataset
+
+from curate.cli import main
+from curate.metrics.bootstrap import bootstrap_groups
+from curate.runs.split import SplitClass, SplitRun
+from curate.split.discovery import SplitRule
+from curate.split.plan import (
+    Z95,
+    drop_half_width,
+    group_variance,
+    make_plan,
+    photos_needed,
+    review_cost,
+)
+
+
+def _half_width_after(a: float, n_e: int, b: float, n_h: int, need: tuple[int, int]) -> float:
+    return drop_half_width(a, n_e + need[0], b, n_h + need[1])
+
+
+def test_photos_needed_is_the_fewest_that_reach_the_target() -> None:
+    # balanced case: both groups at p = 0.5, so the optimum grows both equally
+    need = photos_needed(0.25, 100, 0.25, 100, 0.05)
+    assert need[0] == need[1] and need[0] > 0
+    assert _half_width_after(0.25, 100, 0.25, 100, need) <= 0.05 < _half_width_after(0.25, 100, 0.25, 100,
+                                                                                       (need[0] - 1, need[1] - 1))
+    # a thick easy group: only the hard group grows, and one photo fewer misses the target
+    need = photos_needed(0.09, 5000, 0.25, 20, 0.05)
+    assert need[0] == 0 and need[1] > 0
+    assert _half_width_after(0.09, 5000, 0.25, 20, need) <= 0.05 < _half_width_after(0.09, 5000, 0.25, 20,
+                                                                                       (0, need[1] - 1))
+    assert photos_needed(0.09, 5000, 0.25, 5000, 0.05) == (0, 0)  # already there
+    with pytest.raises(ValueError, match="> 0"):
+        photos_needed(0.25, 10, 0.25, 10, 0.0)
+
+
+def test_the_formula_is_the_bootstrap_half_width_at_each_size() -> None:
+    """z sqrt(p_e q_e / n_e + p_h q_h / n_h) against the stratified bootstrap curate reports, at two sizes
+    of the hard group (the 1/n scaling the plan assumes)."""
+    rng = np.random.default_rng(3)
+    for n_hard in (40, 160):
+        correct = np.r_[rng.random(400) < 0.9, rng.random(n_hard) < 0.5].astype(float)
+        groups = np.array(["easy"] * 400 + ["hard"] * n_hard, dtype=object)
+        boot = bootstrap_groups(correct, np.zeros(correct.size, int), groups, n_boot=4000, seed=1)["drop"]
+        measured = (boot.high - boot.low) / 2
+        p_e, p_h = correct[:400].mean(), correct[400:].mean()
+        formula = Z95 * math.sqrt(p_e * (1 - p_e) / 400 + p_h * (1 - p_h) / n_hard)
+        assert measured == pytest.approx(formula, rel=0.06)
+
+
+def test_smoothing_and_review_cost() -> None:
+    assert group_variance(1.0, 20) > 0  # a group the reference gets all right still has a variance to plan with
+    assert group_variance(0.5, 20) == pytest.approx(0.25)
+    cost, accepted, rejected = review_cost(["accepted"] * 30 + ["rejected"] * 10 + ["candidate"] * 5)
+    assert (cost, accepted, rejected) == (pytest.approx(40 / 30), 30, 10)
+    assert math.isnan(review_cost(["candidate"])[0])
+
+
+def _split(classes: list[SplitClass]) -> SplitRun:
+    return SplitRun(rule=SplitRule(), references=[], classes=classes, run_dir=Path("runs/split-x"))
+
+
+def test_make_plan_per_class_and_overall() -> None:
+    thin = SplitClass(9, "ostrich", True, "drop", easy="grass", hard="water", easy_acc=0.9, hard_acc=0.5, drop=0.4,
+                      drop_ci=(0.25, 0.55), n_easy=400, n_hard=40)
+    thick = SplitClass(10, "brambling", True, "drop", easy="grass", hard="snow", easy_acc=0.8, hard_acc=0.6, drop=0.2,
+                       drop_ci=(0.15, 0.25), n_easy=3000, n_hard=3000)
+    dropped = SplitClass(11, "goldfinch", False, "no drop", n_easy=10, n_hard=10)
+    plan = make_plan(_split([thin, thick, dropped]), ["accepted"] * 3 + ["rejected"], half_width=0.05)
+    assert [c.class_index for c in plan.classes] == [9, 10]
+    ostrich, brambling = plan.classes
+    assert ostrich.half_width_bootstrap == pytest.approx(0.15)
+    assert ostrich.need_hard > 0 and ostrich.half_width_after <= 0.05
+    low, high = ostrich.half_width_after_range
+    assert low <= ostrich.half_width_after <= high
+    assert (brambling.need_easy, brambling.need_hard) == (0, 0)
+    assert ostrich.review_photos == pytest.approx(ostrich.need * 4 / 3)
+    assert plan.overall_after < plan.overall_now
+    assert plan.overall_now == pytest.approx(math.hypot(ostrich.half_width_now, brambling.half_width_now) / 2)
+    rows = list(csv.DictReader(plan.to_csv().splitlines()))
+    assert [r["class_index"] for r in rows] == ["9", "10", "all"]
+    assert rows[2]["need_hard"] == str(ostrich.need_hard)
+    with pytest.raises(ValueError, match="no kept class with photos in both"):
+        make_plan(_split([dropped]), [])
+
+
+def test_cli_plan_writes_table_csv_and_figure(tmp_path: Path) -> None:
+    ds = make_dataset(tmp_path / "ds")  # a split with 3 kept classes of 3 easy + 3 hard photos
+    runner = CliRunner(env={"COLUMNS": "200"})
+    result = runner.invoke(main, ["plan", str(ds.root), "--half-width", "10"])
+    assert result.exit_code == 0, result.output
+    assert "collection plan for +-10 points (split split-test)" in result.output
+    assert "photos reviewed per accepted photo (21 accepted, 3 rejected so far)" in result.output
+    out = ds.root / "runs" / "plan"
+    rows = list(csv.DictReader((out / "plan.csv").read_text().splitlines()))
+    assert [r["class_index"] for r in rows] == ["9", "657", "744", "all"]
+    assert all(int(r["need_hard"]) > 0 for r in rows)
+    assert float(rows[0]["half_width_after"]) <= 10.0
+    assert json.loads((out / "plan.json").read_text())["split_run"] == "split-test"
+    assert (out / "plan.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_cli_plan_bad_input_is_one_line(tmp_path: Path) -> None:
+    runner = CliRunner(env={"COLUMNS": "200"})
+    bare = make_dataset(tmp_path / "bare", split_run=False)
+    result = runner.invoke(main, ["plan", str(bare.root)])
+    assert result.exit_code == 1 and "error: " in result.output and "has no split yet" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    result = runner.invoke(main, ["plan", str(bare.root), "--split", "nope"])
+    assert result.exit_code == 1 and "cannot plan from split run nope" in result.output
+    result = runner.invoke(main, ["plan", str(bare.root), "--split", "x", "--half-width", "0"])
+    assert result.exit_code == 1 and "must be > 0" in result.output
+    assert not (bare.root / "runs" / "plan").exists()
+
+
+def test_report_has_the_collection_plan(tmp_path: Path) -> None:
+    from curate.report import build_report
+
+    ds = make_dataset(tmp_path / "ds")
+    md = build_report(ds.root).read_text()
+    assert "## Collection plan" in md and "+-5 points" in md
+    assert "1.14 photos reviewed per accepted photo" in md  # 24 reviewed, 21 accepted
+    section = md.split("## Collection plan")[1].split("\n## ")[0]
+    row = next(line for line in section.splitlines() if line.startswith("| ostrich (9) |"))
+    assert row.startswith("| ostrich (9) | 3 | 3 |")
+    assert (ds.root / "runs" / "report" / "plan.png").exists()
+    bare = make_dataset(tmp_path / "bare", split_run=False)
+    assert "Collection plan" not in build_report(bare.root).read_text()
