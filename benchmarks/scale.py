@@ -89,8 +89,8 @@ def main() -> None:
     timed("local", make_engine("local", workers=0))
     load = os.getloadavg()[0]
     start = time.perf_counter()
-    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, object_store_memory=512 * 1024 * 1024,
-             log_to_driver=False)
+    ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False,  # never a running cluster
+             object_store_memory=512 * 1024 * 1024, log_to_driver=False)
     ray_start = time.perf_counter() - start
     print(f"ray.init (local instance): {ray_start:.1f} s (load {load:.2f})", flush=True)
     try:

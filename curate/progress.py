@@ -4,6 +4,10 @@ A stage reports ``progress(done, total, message)``: ``done`` units of ``total`` 
 the total is unknown yet) in the current phase, named by ``message`` ("encoding images",
 "fine-tuning", ...). The CLI passes a rich progress bar adapter (:func:`curate.cli.progress`),
 a script passes ``None`` or any callable of that shape. Stages never print.
+
+The contract (docs/design.md#stages): a phase that ends reports ``done == total``; a long phase
+reports a live count (per batch or optimisation step); work repeated in turns is named per turn
+("fine-tuning copy 2 of 3") so that each phase ends at ``n/n``.
 """
 from __future__ import annotations
 

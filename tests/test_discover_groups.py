@@ -46,6 +46,25 @@ def test_scores_are_the_held_out_means_by_hand():
         assert (found.assignment[inside] == group.index).all()
 
 
+def test_a_group_too_small_to_bootstrap_gets_no_interval_and_the_others_do_not_move():
+    """A group of fewer than min_boot photos gets NaN intervals (resampling a handful of photos, or one,
+    gives an interval that cannot be read); its figures and p-value and the other groups' intervals stay."""
+    x, y, _ = clustered(seed=3)
+    full = discover_class(x, y, FAST, "c")
+    assert FAST.min_boot == 10 and all(len(g.members) >= 10 for g in full.groups)
+    assert all(np.isfinite([g.gap_low, g.gap_high, g.accuracy_low, g.accuracy_high]).all() for g in full.groups)
+    smallest = min(len(g.members) for g in full.groups)
+    cut = discover_class(x, y, GroupSettings(n_perm=400, n_boot=100, min_boot=smallest + 1), "c")
+    for before, after in zip(full.groups, cut.groups):
+        assert (after.members, after.accuracy, after.gap, after.p_value) == (before.members, before.accuracy,
+                                                                             before.gap, before.p_value)
+        bounds = [after.gap_low, after.gap_high, after.accuracy_low, after.accuracy_high]
+        if len(after.members) == smallest:
+            assert np.isnan(bounds).all()
+        else:
+            assert bounds == [before.gap_low, before.gap_high, before.accuracy_low, before.accuracy_high]
+
+
 def test_same_seed_same_groups_and_another_seed_other_halves():
     x, y, _ = clustered(seed=5)
     a = discover_class(x, y, FAST, "c")

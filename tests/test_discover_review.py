@@ -1,8 +1,8 @@
 """People decide on discovered groups, against the real services of the review suites (one
 MongoDB for FiftyOne and one Label Studio server per test session, tests/service_fixtures.py).
 
-A tiny synthetic world (2 classes x 12 photos) and a DiscoveryRun written by hand (no model): three
-proposed groups (one to accept under a new name with one photo taken out, one to reject, one
+A tiny synthetic world (2 classes x 12 photos) and a DiscoveryRun written by hand (no model,
+tests/discover_helpers.py): three proposed groups (one to accept under a new name with one photo taken out, one to reject, one
 with contradicting answers) and one group that is not significant (never shown). Each backend:
 push, answer as a reviewer does (FiftyOne sample tags; Label Studio annotations posted as the
 browser posts them), pull, check the folder, the vocabulary and decisions.json, pull again
@@ -17,60 +17,17 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
+from discover_helpers import ACC, CONF, PROPOSED, QUIET, REJ, discovery_world, hand_made_group
 from review_helpers import changed_fields, table_of
 from service_fixtures import EMAIL
 
-from curate.collect.synthetic import WorldSpec, classes_by_name, collect_synthetic
-from curate.runs.discovery import DiscoveredGroup, DiscoveryRun
+from curate.runs.discovery import DiscoveryRun
 from curate.store import Dataset
 
 pytestmark = [pytest.mark.timeout(600)]
 
-ACC, REJ, CONF, QUIET = "polar-bear-g1", "black-swan-g1", "black-swan-g2", "polar-bear-g2"
-PROPOSED = (ACC, REJ, CONF)
 TOKEN_ENV = "CURATE_DISCOVER_TEST_TOKEN"
-
-
-def _group(gid: str, class_index: int, class_name: str, size: int, names: list[tuple[str, float]],
-           significant: bool = True) -> DiscoveredGroup:
-    return DiscoveredGroup(group_id=gid, class_index=class_index, class_name=class_name, method="masked", size=size,
-                           accuracy=0.35, accuracy_low=0.1, accuracy_high=0.6, rest_accuracy=0.9, gap=55.0,
-                           gap_low=20.0, gap_high=80.0, p_value=0.002, q_value=0.01 if significant else 0.6,
-                           significant=significant, overlap=0.8, names=names, exemplars=[])
-
-
-def discovery_world(root: Path) -> tuple[Dataset, DiscoveryRun]:
-    """The world and its hand-made run ``discover-test`` (labels made ``model`` so an acceptance relabels them)."""
-    spec = WorldSpec(classes=classes_by_name(["polar bear", "black swan"]), per_class=12, image_size=32, seed=3)
-    ds = collect_synthetic(root, spec, name=f"disc-{uuid.uuid4().hex[:8]}")
-    ids = ds.sample_ids()
-    ds.update(ids, {"background_source": "model", "background_score": 0.5}, actor="test", reason="model pre-labels")
-    rows = ds.rows()
-    bear = [r for r in rows if r["class_name"] == "polar bear"]
-    swan = [r for r in rows if r["class_name"] == "black swan"]
-    assignment = {ACC: bear[:6], QUIET: bear[6:], REJ: swan[:5], CONF: swan[5:10]}
-    rng = np.random.default_rng(0)
-    members = []
-    for gid, group_rows in assignment.items():
-        for r in group_rows:  # similarities not in file order, so the typicality order is tested
-            members.append({"sample_id": r["sample_id"], "class_index": r["class_index"], "group_id": gid,
-                            "similarity": float(rng.uniform(0.2, 0.9))})
-    for r in swan[10:]:
-        members.append({"sample_id": r["sample_id"], "class_index": r["class_index"], "group_id": None,
-                        "similarity": None})
-    b, s = bear[0]["class_index"], swan[0]["class_index"]
-    groups = [
-        _group(ACC, b, "polar bear", 6, [("a feeding station", 0.31), ("a bird feeder", 0.28)]),
-        _group(QUIET, b, "polar bear", 6, [("a snowfield", 0.3)], significant=False),
-        _group(REJ, s, "black swan", 5, [("a night flash", 0.27), ("a dark room", 0.22)]),
-        _group(CONF, s, "black swan", 5, [("a zoo enclosure", 0.25)]),
-    ]
-    record = DiscoveryRun(config={"settings": {"fdr": 0.1}, "counts": {"groups": 4, "significant": 3}, "classes": []},
-                          groups=groups, member_rows=members)
-    record.write(ds.root / "runs" / "discover-test")
-    return Dataset.open(ds.root), DiscoveryRun.load(ds.root / "runs" / "discover-test")
 
 
 def _digest(root: Path) -> str:
@@ -256,7 +213,7 @@ def test_reading_answers_without_a_service() -> None:
     assert verdicts["g2"].problem and "discover:acept" in verdicts["g2"].problem
     assert verdicts["g3"].problem and "contradicting names" in verdicts["g3"].problem
     assert verdicts["g4"].decision is None and verdicts["g4"].problem is None and verdicts["g4"].why
-    group = _group("g", 0, "polar bear", 2, [("a feeding station", 0.3)])
+    group = hand_made_group("g", 0, "polar bear", 2, [("a feeding station", 0.3)])
     cancelled = {"id": 1, "data": {"sample_id": "a", "rank": 1},
                  "annotations": [{"id": 5, "was_cancelled": True, "completed_by": 1,
                                   "result": [{"from_name": "group", "type": "choices", "value": {"choices": ["accept"]}}]}]}

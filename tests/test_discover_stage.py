@@ -77,10 +77,14 @@ def test_the_null_world_proposes_nothing(naming, tmp_path):
 
 
 def test_cli_discover_accept_then_split_on_the_new_background(world, naming):
+    killed = world / "runs" / "disc"  # what a killed discover leaves: a run without config.json, replaced
+    killed.mkdir(parents=True)
+    (killed / DiscoveryRun.GROUPS).write_bytes(b"PAR1 torn")
     runner = CliRunner(env={"COLUMNS": "220"})
     result = runner.invoke(main, ["discover", "world", "--pretrained", str(naming), "--permutations", "300",
                                   "--run-name", "disc"])
     assert result.exit_code == 0, result.output
+    assert "unfinished" in result.output and "replacing it" in result.output
     assert "proposed groups of disc" in result.output and "not a cause" in result.output
     record = DiscoveryRun.of_folder(world)
     ds = Dataset.open(world)

@@ -1,7 +1,9 @@
 """The Ray Data engine: same cache, predictions and metrics as the local engine; faults.
 
-One local Ray instance for the module (2 CPUs, dashboard off, 100 MB object store); the last
-test shuts it down and checks that no Ray process is left."""
+One local Ray instance for the module (2 CPUs, dashboard off, 100 MB object store), started
+beside a Ray head as on a user's Ray node (``ray start --head``, ``RAY_ADDRESS`` naming it:
+:class:`ray_helpers.RayHead`), which it must not join; the last Ray test shuts both down and
+checks that no Ray process is left."""
 from __future__ import annotations
 
 import json
@@ -16,6 +18,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 from eval_helpers import CLASSES, make_folder, saved_tiny_vit
+from ray_helpers import RayHead
 
 from curate.models import ModelSpec, load_model
 
@@ -25,9 +28,25 @@ ray = pytest.importorskip("ray")
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
+def user_head():
+    """A Ray head running beside the module, with ``RAY_ADDRESS`` naming it, as on a user's Ray
+    node (issue 39: ``ray.init`` without an address joined it and refused ``num_cpus``, erroring
+    9 tests); ended by process id after the module, whatever happened."""
+    head = RayHead()
+    try:
+        with pytest.MonkeyPatch.context() as env:
+            env.setenv("RAY_ADDRESS", head.address)
+            yield head
+    finally:
+        head.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory, user_head):
     kill_flag = tmp_path_factory.mktemp("faults") / "kill-once"
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024 * 1024, log_to_driver=False)
+    # address="local", as the engine's own ray_session: a new instance, never the head beside it
+    ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024 * 1024,
+             log_to_driver=False)
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the fault-injecting model below
     yield kill_flag
     if ray.is_initialized():
@@ -38,6 +57,57 @@ def cluster(tmp_path_factory):
 def world(tmp_path_factory, cluster):
     root = tmp_path_factory.mktemp("engine")
     return make_folder(root / "ds", per_class=4), saved_tiny_vit(root)
+
+
+def _doubled(items: list[int]) -> list[int]:
+    return [2 * i for i in items]
+
+
+class _PlusOne:
+    """A :class:`curate.engine.base.BatchJob` worker: ``run(payload)`` adds 1 to each item."""
+
+    def __init__(self, device: str) -> None:
+        self.device = device
+
+    def __call__(self, payload: list[int]) -> list[int]:
+        return [x + 1 for x in payload]
+
+
+def _tiny_job(n: int):
+    from curate.engine.base import BatchJob
+
+    return BatchJob(items=list(range(n)), batch_size=2, decode=_doubled, worker=_PlusOne)
+
+
+def test_the_module_runs_beside_a_users_ray_head(user_head, cluster) -> None:
+    """Issue 39: with a Ray head running and ``RAY_ADDRESS`` naming it, the module's Ray is an
+    instance of its own (the fixture's ``address="local"``; without it ``ray.init`` joined the
+    head and failed: "When connecting to an existing cluster, num_cpus and num_gpus must not be
+    provided"), and an engine call runs there, not on the head."""
+    from curate.engine.ray_data import RayEngine
+
+    assert os.environ["RAY_ADDRESS"] == user_head.address and user_head.processes()
+    assert ray.get_runtime_context().gcs_address != user_head.address
+    assert ray.cluster_resources()["CPU"] == 2  # the head has 1
+    engine = RayEngine(workers=1)
+    assert list(engine.map_batches(None, [str(i) for i in range(5)], _tiny_job(5))) == [[1, 3], [5, 7], [9]]
+    assert set(engine.batches_by_node) == {ray.get_runtime_context().get_node_id()}
+
+
+def test_actors_that_cannot_start_stop_the_run_with_a_clear_error(cluster) -> None:
+    """Issue 39: a pipeline whose actors cannot be placed (4 CPUs each on this 2-CPU instance)
+    stops after ``start_timeout_s`` with a one-line :class:`RayActorStartError` saying what the
+    nodes have and what to do, not Ray Data's bare ``GetTimeoutError`` after 600 s."""
+    from curate.engine.ray_data import RayActorStartError, RayEngine
+
+    engine = RayEngine(workers=1, cpus_per_worker=4, start_timeout_s=2)
+    start = time.perf_counter()
+    with pytest.raises(RayActorStartError, match=r"could not start 1 model actor\(s\) of 4 CPU within 2 s on 1 "
+                                                  r"node\(s\) \(\w+ \([\d.]+, 2 CPU\); [\d.]+ CPU free now\)") as error:
+        list(engine.map_batches(None, [str(i) for i in range(3)], _tiny_job(3)))
+    assert time.perf_counter() - start < 60
+    assert "lower --workers" in str(error.value) and "0 of 2 batches" in str(error.value)
+    assert "\n" not in str(error.value)
 
 
 def _cache(ds, model):
@@ -121,7 +191,7 @@ class Faulty:
         def encode_image(batch, normalize=True, **kwargs):
             if os.path.exists(kill_flag):
                 os.unlink(kill_flag)
-                os._exit(1)  # a worker killed mid-run: Ray restarts the actor and retries the batch
+                os._exit(1)  # a worker killed mid-run: the engine runs the batch again on a new actor
             with open(log, "a") as fh:
                 fh.write(f"{len(batch)}\n")
             if len(batch) > limit:
@@ -133,8 +203,8 @@ class Faulty:
 
 
 def test_killed_worker_oom_and_interrupt_resume_without_duplicates(world, cluster, tmp_path) -> None:
-    """One Ray run with three faults: the first batch kills its actor (Ray restarts it and retries
-    the batch), the retried batch of 8 runs out of memory (it is halved), and the run is
+    """One Ray run with three faults: the first batch kills its actor (the engine's retry runs it
+    again on a new actor; Ray restarts none), the retried batch of 8 runs out of memory (it is halved), and the run is
     interrupted after that first batch (its shard is kept). The rerun computes only the missing
     samples (on the local engine: the cache is the engine's, not Ray's); every sample is cached
     exactly once, equal to the local result."""
@@ -327,10 +397,12 @@ def test_propose_masks_on_ray_equals_local(world, tmp_path) -> None:
     assert [(r["mask_status"], r["extra"]) for r in rows_a] == [(r["mask_status"], r["extra"]) for r in rows_b]
 
 
-def test_no_ray_process_is_left_after_shutdown(cluster) -> None:
+def test_no_ray_process_is_left_after_shutdown(cluster, user_head) -> None:
     import psutil
 
     ray.shutdown()
+    user_head.stop()
+    assert user_head.processes() == []
     deadline = time.time() + 15
     while True:
         alive = []

@@ -5,7 +5,8 @@ smallest nodes: the old cluster-as-one-pool sizing hung there). ``evaluate`` (th
 and ``explain`` (through the CLI, ``--ray-address``) run with the cluster's address: batches are
 computed on both nodes and the results equal the local engine's; the second node killed mid-run
 leaves a run that finishes on the head, encodes every image once and leaves a valid dataset
-folder. The node-kill test runs after every other test that needs both nodes.
+folder. The node-kill test runs after every other test that needs both nodes; the next one
+(issue 39) adds a third node and kills it as a model actor starts there.
 
 Where the work ran is shown twice: the node id each batch comes back with (the engine's log),
 and Ray's own record, the GCS actor table (:func:`_model_actors`: node, ``max_restarts`` and
@@ -16,7 +17,9 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+import sys
 import threading
+import time
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -86,13 +89,14 @@ def _model_actors(udf: str) -> dict[str, dict]:
 
 
 class _Batches(logging.Handler):
-    """Collects the engine's per-batch node ids and per-attempt plans; calls ``on_batch(node)``."""
+    """Collects the engine's per-batch node ids and per-attempt plans; calls ``on_batch(node)``,
+    and ``on_kill()`` once the driver has killed a failed pipeline's actors."""
 
-    def __init__(self, on_batch=None) -> None:
+    def __init__(self, on_batch=None, on_kill=None) -> None:
         super().__init__(logging.DEBUG)
         self.nodes: list[str] = []
         self.plans: list[str] = []
-        self.on_batch = on_batch
+        self.on_batch, self.on_kill = on_batch, on_kill
 
     def emit(self, record: logging.LogRecord) -> None:
         if record.msg.startswith("Ray engine: batch %d from node"):
@@ -101,6 +105,8 @@ class _Batches(logging.Handler):
                 self.on_batch(record.args[1])
         elif record.msg.startswith("Ray engine: %d batch(es) on"):
             self.plans.append(record.getMessage())
+        elif record.msg.startswith("Ray engine: killed the") and self.on_kill:
+            self.on_kill()
 
 
 @pytest.fixture
@@ -108,8 +114,8 @@ def engine_log():
     logger = logging.getLogger(ENGINE_LOG)
     handlers: list[_Batches] = []
 
-    def attach(on_batch=None) -> _Batches:
-        handler = _Batches(on_batch)
+    def attach(on_batch=None, on_kill=None) -> _Batches:
+        handler = _Batches(on_batch, on_kill)
         logger.addHandler(handler)
         handlers.append(handler)
         return handler
@@ -211,7 +217,9 @@ def test_explain_spreads_and_equals_the_local_engine(world, cluster, engine_log,
 
 def test_second_node_killed_mid_run(world, cluster, engine_log, monkeypatch) -> None:
     """The second node is killed once a batch came from it: the engine runs the batches not yet
-    returned on the head (or stops with RayNodeLostError and the rerun encodes only the rest);
+    returned on the head, with one actor of 0.5 CPU (issue 39: the retry keeps each actor's
+    share and runs fewer; it planned 2 of 0.25 before), or stops with RayNodeLostError and the
+    rerun encodes only the rest;
     every image is encoded and cached once, predictions equal the local run's, the folder is valid.
     Ray's actor table: an actor ran on the killed node and Ray restarted none (``max_restarts=0``:
     the engine plans new actors instead)."""
@@ -245,6 +253,7 @@ def test_second_node_killed_mid_run(world, cluster, engine_log, monkeypatch) -> 
         t.join(60)
     assert killed.is_set(), "no batch came from the second node"
     assert len(log.plans) >= 2, log.plans  # the batches left ran again after the loss
+    assert log.plans[1].endswith("on 1 node(s) (1 CPUs), 1 actor(s) of 0.5 CPU"), log.plans
     first_returned = len(log.nodes)
     if stopped:  # the next run encodes only what is missing
         evaluate(ds.root, spec, settings, run_name="lost", overwrite=True)
@@ -260,6 +269,90 @@ def test_second_node_killed_mid_run(world, cluster, engine_log, monkeypatch) -> 
     assert check_dataset(ds.root) == []
 
 
+class SlowHeadStart:
+    """A model factory (pickled by value into the actors) whose unpickling on the head node, the
+    first time (while ``hold`` exists: deleted first), waits until ``release`` exists (120 s at
+    most): the head's model actor then holds its CPU without having reached its constructor,
+    where a model actor enrols in the engine's registry, until the driver has killed the failed
+    pipeline's actors. The run stalled at this point before issue 39's fix (the late actor kept
+    its CPU, the retry's actors took the rest, and no decode task could run)."""
+
+    def __init__(self, spec, head: str, hold, release) -> None:
+        self.spec, self.head, self.hold, self.release = spec, head, str(hold), str(release)
+
+    def __setstate__(self, state: dict) -> None:
+        import os
+        import time
+
+        self.__dict__.update(state)
+        if ray.get_runtime_context().get_node_id() == self.head and os.path.exists(self.hold):
+            os.unlink(self.hold)
+            deadline = time.monotonic() + 120
+            while not os.path.exists(self.release) and time.monotonic() < deadline:
+                time.sleep(0.1)
+
+    def __call__(self):
+        return load_model(self.spec.name, self.spec.pretrained)
+
+
+def test_node_killed_as_its_actor_starts(world, cluster, engine_log, tmp_path) -> None:
+    """Issue 39: a new 1-CPU node joins the head and is killed as soon as a model actor of the
+    run appears on it in Ray's actor table (before any batch returns), while the head's actor is
+    still starting (:class:`SlowHeadStart`: it enrols only after the driver killed the failed
+    pipeline's actors). The late actor is killed as it enrols, the retry plans for what the head
+    can give (one actor of 0.5 CPU, 0.5 left for decoding; before: two of 0.25 beside the late
+    actor's 0.5, and the run never ended), every batch comes from the head, and the features
+    equal the local engine's."""
+    from curate.engine import make_engine
+    from curate.features import FeatureCache, compute_features
+
+    c, second = cluster
+    ds, spec = world
+    if second in c.worker_nodes:  # killed by the test above unless that one was deselected
+        c.remove_node(second, allow_graceful=False)
+    node = c.add_node(num_cpus=1, object_store_memory=STORE_MB)
+    c.wait_for_nodes()
+    model = load_model(spec.name, spec.pretrained)
+    ids = [r["sample_id"] for r in ds.rows()][:40]  # 10 batches: enough to run on one node after the loss
+    expected = compute_features(ds, model, ids, use_cache=False, batch_size=4).values
+    shutil.rmtree(FeatureCache(ds.root, model, "embedding").folder, ignore_errors=True)
+    hold, release = tmp_path / "hold", tmp_path / "release"
+    hold.touch()
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    before = _model_actors("_Encode")
+    killed, stop = threading.Event(), threading.Event()
+
+    def watch() -> None:  # kill the node once an actor of this run is placed there
+        while not stop.is_set():
+            if any(a["node"] == node.node_id for k, a in _model_actors("_Encode").items() if k not in before):
+                c.remove_node(node, allow_graceful=False)
+                killed.set()
+                return
+            stop.wait(0.05)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    log = engine_log(on_kill=release.touch)
+    start = time.perf_counter()
+    try:
+        got = compute_features(ds, model, ids, batch_size=4, engine=make_engine("ray", workers=2),
+                               factory=SlowHeadStart(spec, c.head_node.node_id, hold, release))
+    finally:
+        stop.set()
+        release.touch()
+        watcher.join(60)
+    wall = time.perf_counter() - start
+    assert killed.is_set(), "no actor was placed on the new node"
+    assert not hold.exists(), "the head's actor did not wait"
+    assert log.plans[0] == "Ray engine: 10 batch(es) on 2 node(s) (1+1 CPUs), 2 actor(s) of 0.5 CPU", log.plans
+    assert log.plans[1:] == ["Ray engine: 10 batch(es) on 1 node(s) (1 CPUs), 1 actor(s) of 0.5 CPU"], log.plans
+    assert len(log.nodes) == 10 and set(log.nodes) == {c.head_node.node_id}, log.nodes
+    np.testing.assert_array_equal(got.values, expected)
+    cached, _ = FeatureCache(ds.root, model, "embedding").load()
+    assert sorted(cached) == sorted(ids)
+    print(f"run with the loss at actor start: {wall:.1f} s")
+
+
 def test_actor_cpus_leave_room_for_decoding_on_every_node() -> None:
     """The per-node formula (no cluster needed): small, uneven and single nodes."""
     from curate.engine.ray_data import DECODE_CPUS, actor_cpus
@@ -271,3 +364,18 @@ def test_actor_cpus_leave_room_for_decoding_on_every_node() -> None:
     for cpus, workers in [([1, 1], 2), ([1, 3], 3), ([1, 3], 4), ([2, 2, 8], 5), ([1], 3)]:
         a, k = actor_cpus(cpus, workers), -(-workers // len([c for c in cpus if c >= 1]))
         assert all(c - k * a >= DECODE_CPUS - 1e-9 for c in cpus if c >= 1)
+
+
+def test_a_retry_plans_the_actors_that_fit_what_is_left() -> None:
+    """Issue 39, the retry plan's formula (no cluster needed): the most actors, at most the
+    workers asked for, that keep the first plan's CPUs each and, with a decode task per node
+    that holds one, fit in the CPUs free; none when not even one fits."""
+    from curate.engine.ray_data import plan_actors
+
+    assert plan_actors([1, 1], 2) == (2, 0.5) and plan_actors([2], 3, cpus=1.0) == (3, 1.0)  # first plans: all
+    assert plan_actors([1], 2, cpus=0.5, free_cpus=1.0) == (1, 0.5)  # one node left: not 2 of 0.25
+    assert plan_actors([1], 2, cpus=0.5, free_cpus=0.5) == (0, 0.0)  # a late actor keeps 0.5: no room
+    assert plan_actors([1], 2, free_cpus=1.0) == (2, 0.25)  # no share to keep: both fit
+    assert plan_actors([4, 4, 4], 8, cpus=1.75, free_cpus=12) == (6, 1.75)  # 8 of 1.75 on 4 nodes, one lost
+    assert plan_actors([4, 4, 4], 8, cpus=1.75, free_cpus=6) == (2, 1.75)  # 3 * 1.75 + 3 * 0.5 = 6.75 > 6
+    assert plan_actors([2], 3, cpus=1.0, free_cpus=2.0) == (1, 1.0)  # 2 actors of 1 CPU leave no room to decode

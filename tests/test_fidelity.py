@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from progress_helpers import Recorder, assert_closing_lines_full
 
 from curate.metrics.fidelity import (
     FidelityCurves,
@@ -12,6 +13,7 @@ from curate.metrics.fidelity import (
     explanation_size,
     fidelity_curves,
     finetune,
+    finetune_steps,
     pixel_ranks,
     random_input_masks,
     removal_counts,
@@ -95,9 +97,13 @@ def test_seeds_repeat():
     c = fidelity_curves(model, images, expl, [0] * 6, seed=4, **kw)
     assert a.curves == b.curves
     assert a.curves["rfid_plus"] != c.curves["rfid_plus"]
-    f1 = finetune(model, lambda m, x: m(x), images, [0] * 6, epochs=2, batch_size=3, lr=1e-2, seed=0)
-    f2 = finetune(model, lambda m, x: m(x), images, [0] * 6, epochs=2, batch_size=3, lr=1e-2, seed=0)
+    steps = []
+    f1 = finetune(model, lambda m, x: m(x), images, [0] * 6, epochs=2, batch_size=4, lr=1e-2, seed=0,
+                  progress=lambda done, total: steps.append((done, total)))
+    f2 = finetune(model, lambda m, x: m(x), images, [0] * 6, epochs=2, batch_size=4, lr=1e-2, seed=0)
     assert torch.equal(f1.weight, f2.weight) and not torch.equal(f1.weight, model.weight)
+    # a live count: one update per optimisation step (2 epochs x ceil(6 / 4) batches), ending at n/n
+    assert finetune_steps(6, epochs=2, batch_size=4) == 4 and steps == [(i, 4) for i in range(5)]
 
 
 def test_degraded_series_ranked_by_ffidelity():
@@ -277,15 +283,24 @@ def test_fidelity_run_folder_record_cache_and_repeat(world):
 
     clip = load_model("curate-tiny-rn", seed=0)
     methods = ("gradcam", "mask", "mask~0.5", "mask~1.0", "random")
-    calls = []
-    first = fidelity(world, clip, settings(methods=methods, seeds=2), run_name="r1",
-                     progress=lambda done, total, message="": calls.append((done, total, message)))
+    progress = Recorder()
+    first = fidelity(world, clip, settings(methods=methods, seeds=2), run_name="r1", progress=progress)
     run = world / "runs" / "r1"
     for name in ("config.json", "curves.csv", "curves.json", "aucs.json", "ranking.csv", "correlations.json",
                  "curves.png", "summary.json"):
         assert (run / name).is_file(), name
-    assert {m for _, _, m in calls} >= {"fine-tuning", "scoring"} and (4 * 5, 4 * 5, "scoring") not in calls
-    assert (2 * 5, 2 * 5, "scoring") in calls
+    # progress: each replicate's fine-tuning and scoring is a phase of its own that ends at n/n, and
+    # both count live (per optimisation step; per batch of images and method) before they end
+    progress.assert_every_phase_ends_full()
+    phases = progress.phases()
+    assert list(phases) == ["decoding images", "fine-tuning copy 1 of 2", "scoring replicate 1 of 2",
+                            "fine-tuning copy 2 of 2", "scoring replicate 2 of 2"]
+    steps = finetune_steps(18, epochs=1, batch_size=8)
+    assert steps == 3  # ceil(18 / 8) batches in the one epoch
+    scored = [(0, 5 * 18)] + [(18 * m + min(18, b), 5 * 18) for m in range(5) for b in (8, 16, 24)]
+    for k in (1, 2):
+        assert phases[f"fine-tuning copy {k} of 2"] == [(i, steps) for i in range(steps + 1)]
+        assert phases[f"scoring replicate {k} of 2"] == scored
     cfg = first.config
     assert cfg.seeds == (0, 1) and cfg.marginal == 0.25 and cfg.images == 18 and cfg.skipped == {}
     assert [c.seed for c in cfg.finetune.copies] == [0, 1] and not any(c.cached for c in cfg.finetune.copies)
@@ -314,8 +329,11 @@ def test_fidelity_run_folder_record_cache_and_repeat(world):
     with pytest.raises(FileExistsError):
         fidelity(world, clip, settings(methods=("gradcam",)), run_name="r1")
     # seed 1 alone is the first run's second replicate: its copy comes from the cache, same numbers
-    again = compute_fidelity(world, clip, settings(methods=("gradcam", "random"), seed=1))
+    progress = Recorder()
+    again = compute_fidelity(world, clip, settings(methods=("gradcam", "random"), seed=1), progress=progress)
     assert again.config.finetune.all_cached and again.run_dir is None
+    progress.assert_every_phase_ends_full()
+    assert progress.phases()["fine-tuning"] == [(steps, steps)]  # one seed: plain phase names; cached: done at once
     assert again.curves["gradcam"].values == first.curves["gradcam"].by_seed[1]
     assert again.curves["gradcam"].values != first.curves["gradcam"].by_seed[0]
 
@@ -423,10 +441,14 @@ def test_cli_scores_skips_a_corrupt_image_and_refuses_bad_methods(world):
     before = (world / "samples.parquet").read_bytes()
     args = ["fidelity", str(world), "--model", "curate-tiny-rn", "--pretrained", "none", "--methods",
             "layercam,random", "--sparsity", "0.1,0.5", "--samples", "2", "--finetune-epochs", "1", "--seeds", "1",
-            "--device", "cpu", "--run-name", "cli"]
+            "--batch-size", "8", "--device", "cpu", "--run-name", "cli"]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
     assert "layercam" in result.output and "run folder" in result.output and "1 seed x images" in result.output
+    # the logged progress (no terminal): each phase's closing line says n/n, fine-tuning counted in steps
+    # (ceil(17 / 8) batches of its one epoch), scoring in images x methods
+    assert assert_closing_lines_full(result.stderr) == {"decoding images": (18, 18), "fine-tuning": (3, 3),
+                                                        "scoring": (2 * 17, 2 * 17)}
     config = json.loads((world / "runs" / "cli" / "config.json").read_text())
     assert config["kind"] == "fidelity" and config["record_version"] == 2 and config["seeds"] == [0]
     run = FidelityRun.load(world / "runs" / "cli")
@@ -439,8 +461,9 @@ def test_cli_scores_skips_a_corrupt_image_and_refuses_bad_methods(world):
         result = CliRunner().invoke(main, [*args[:6], "--methods", bad, "--run-name", "bad"])
         assert result.exit_code == 1 and message in result.output, result.output
     assert not (world / "runs" / "bad").exists()
-    result = CliRunner().invoke(main, [*args, "--beta", "1.5"])
-    assert result.exit_code == 1 and "alpha and beta" in result.output
+    result = CliRunner().invoke(main, [*args[:-2], "--run-name", "bad", "--beta", "1.5"])
+    assert result.exit_code == 1 and "alpha and beta" in result.output, result.output
+    assert not (world / "runs" / "bad").exists()
     result = CliRunner().invoke(main, [*args[:-2], "--run-name", "cli"])
     assert result.exit_code == 1 and "exists" in result.output
 

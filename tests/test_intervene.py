@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import shlex
 import shutil
 from collections import Counter
 from pathlib import Path
@@ -21,13 +23,14 @@ from PIL import Image
 
 from curate.cli import main
 from curate.collect.synthetic import DEFAULT_CLASSES, WorldSpec, assign_truth_groups, collect_synthetic
-from curate.interventions.image_ops import fill_hole, gaussian_noise, hole_margin, object_hole
-from curate.interventions.plan import variant_rng
+from curate.interventions.image_ops import box_hole, fill_hole, gaussian_noise, hole_margin, object_hole
+from curate.interventions.plan import GHOST_VARIANTS, variant_rng
 from curate.licenses import derivative_licence, normalize_license
 from curate.runs.attribution import AttributionRun
 from curate.runs.base import RunError
 from curate.runs.evaluation import EvaluationRun
 from curate.runs.interventions import InterventionRun
+from curate.runs.lock import RunLockedError, run_lock
 from curate.stages.attribution import AttributionSettings, attribution
 from curate.stages.intervene import InterveneSettings, intervene
 from curate.store import Dataset, DatasetError, check_dataset
@@ -104,7 +107,9 @@ def test_cli_intervene_with_relative_paths(world, tmp_path, monkeypatch) -> None
     assert record.source["root"] == str((tmp_path / "world").resolve())
     rows = record.rows()
     variants = Counter(r["variant"] for r in rows)
-    assert set(variants) == {"original", *OWN.split(",")} and variants["original"] == expected
+    assert set(variants) == {"original", *OWN.split(","), *GHOST_VARIANTS} and variants["original"] == expected
+    hard_swaps = sum(1 for r in rows if r["variant"] == "swap" and r["group"] == "hard")
+    assert all(variants[v] == hard_swaps for v in GHOST_VARIANTS)  # the ghost control of every hard swap
     assert all(variants[v] == expected for v in ("paste", "only-fg", "no-fg", "only-bg", "noise-fg", "noise-bg"))
     out = Dataset.open("out")
     assert not check_dataset("out")
@@ -120,19 +125,21 @@ def test_cli_intervene_with_relative_paths(world, tmp_path, monkeypatch) -> None
             assert mine["group"] == src["group"] and mine["mask_status"] == "synthetic"
         else:
             assert mine["group"] is None
-            objectless = row["variant"] in ("no-fg", "only-bg")  # no object: no mask
+            objectless = row["variant"] in ("no-fg", "only-bg", "ghost", "ghost-neutral")  # no object: no mask
             assert (mine["mask_status"], mine["mask_path"] is None) == ((None, True) if objectless else ("exact", False))
         if row["donor_sample_id"] is None:
             assert row["license"] == normalize_license(src["license"]) == mine["license"]
             continue
         donor = source[row["donor_sample_id"]]
-        assert row["variant"] == "swap" and donor["class_index"] == src["class_index"]
+        assert row["variant"] in ("swap", *GHOST_VARIANTS) and donor["class_index"] == src["class_index"]
+        assert 0.0 <= row["uncovered"] <= 1.0
         assert donor["group"] == ("hard" if src["group"] == "easy" else "easy") == row["donor_group"]
         both = (normalize_license(src["license"]), normalize_license(donor["license"]))
-        assert row["license"] == derivative_licence(both) == mine["license"]
+        # the ghost shows the donor's pixels only; every other donor image both photos' (the stricter licence)
+        assert row["license"] == (both[1] if row["variant"] == "ghost" else derivative_licence(both)) == mine["license"]
         extra = json.loads(mine["extra"])
-        assert (extra["object_license"], extra["background_license"]) == both
-        assert extra["intervention"]["donor_sample_id"] == donor["sample_id"]
+        assert extra["background_license"] == both[1] and extra["intervention"]["donor_sample_id"] == donor["sample_id"]
+        assert row["variant"] == "ghost" or extra["object_license"] == both[0]  # photos sharing a donor share its ghost
     assert any(r["license"] == "cc-by-nc" and r["donor_sample_id"] for r in rows)  # a combined licence was derived
 
 
@@ -149,6 +156,26 @@ def test_cli_intervene_refuses_bad_arguments(world, tmp_path, monkeypatch) -> No
     assert not (tmp_path / "out").exists()
 
 
+def test_cli_intervene_caps_the_uncovered_hole_and_records_the_fill(pristine, tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    runner = CliRunner(env={"COLUMNS": "200"})
+    bad = runner.invoke(main, ["-q", "intervene", str(pristine), "--out", "out", "--max-uncovered", "1.5"])
+    assert bad.exit_code == 1 and "--max-uncovered is a share of the donor's hole in [0, 1], got 1.5" in bad.output
+    assert len(bad.output.strip().splitlines()) == 1 and not (tmp_path / "out").exists()
+    result = runner.invoke(main, ["-q", "intervene", str(pristine), "--out", "out", "--variants", "swap",
+                                  "--max-uncovered", "0.3", "--fill", "box-tile"])
+    assert result.exit_code == 0, result.output
+    record = InterventionRun.of_folder("out")
+    capped = record.counts["not_planned"]["uncovered_over_cap:swap"]
+    assert capped > 0 and f"{capped} uncovered over cap:swap" in result.output
+    swaps = [r for r in record.rows() if r["variant"] == "swap"]
+    assert swaps and max(r["uncovered"] for r in swaps) <= 0.3 + 0.1  # the cap is planned on a 32 x 32 grid
+    assert {r["fill"].rsplit("-", 1)[0] for r in swaps} == {"box-tile"}
+    assert record.settings["fill"] == "box-tile" and record.settings["max_uncovered"] == 0.3
+    uncapped = intervene(pristine, tmp_path / "uncapped", InterveneSettings(variants="swap"))
+    assert max(r["uncovered"] for r in uncapped.rows() if r["variant"] == "swap") > 0.4  # the cap left those out
+
+
 # --------------------------------------------------------------------------- where the pixels come from
 def test_geometry_of_each_variant(made) -> None:
     src, out_root, record = made
@@ -162,9 +189,9 @@ def test_geometry_of_each_variant(made) -> None:
         assert image.shape == original.shape
         if variant != "original":
             seen[variant] += 1
-            if variant not in ("no-fg", "only-bg"):  # the object's pixels are exactly the mask, and it is stored
+            if variant not in ("no-fg", "only-bg", "ghost", "ghost-neutral"):  # the object's pixels are the mask
                 assert np.array_equal(_mask(out, sid), mask)
-        if variant in ("swap", "paste", "only-fg", "noise-bg"):  # the object kept in place, at its scale
+        if variant in ("swap", "paste", "only-fg", "noise-bg", "swap-unghosted"):  # the object kept in place
             assert np.array_equal(image[mask], original[mask]), variant
         if variant == "swap":  # ... on the donor's photographed background outside the donor's hole
             donor, donor_mask = _pixels(src, row["donor_sample_id"]), _mask(src, row["donor_sample_id"])
@@ -172,6 +199,20 @@ def test_geometry_of_each_variant(made) -> None:
             keep = ~mask & ~donor_hole
             assert keep.any() and np.array_equal(image[keep], donor[keep])
             assert row["filled_fraction"] == pytest.approx(float((donor_hole & ~mask).mean()))
+            assert row["uncovered"] == pytest.approx(float((donor_hole & ~mask).sum() / donor_hole.sum()))
+        if variant in GHOST_VARIANTS:  # on the swap's donor, its hole filled as in the swap (boxed: unghosted)
+            assert row["group"] == "hard"
+            donor, donor_mask = _pixels(src, row["donor_sample_id"]), _mask(src, row["donor_sample_id"])
+            donor_hole = object_hole(donor_mask, hole_margin(donor_mask.shape, 0.02))
+            ghost = fill_hole(donor, donor_hole).image
+            if variant == "ghost":  # the donor's only-bg as it enters the swap, nothing pasted
+                assert np.array_equal(image, ghost)
+            elif variant == "ghost-neutral":  # ... with the object's mask in the background's mean colour
+                colour = np.round(ghost.reshape(-1, 3).mean(axis=0))
+                assert np.array_equal(image[~mask], ghost[~mask]) and (image[mask] == colour).all()
+            else:  # the object on the donor with the hole's bounding box filled: no outline of the donor's object
+                boxed = fill_hole(donor, donor_hole, "box-tile").image
+                assert np.array_equal(image[~mask], boxed[~mask]) and (box_hole(donor_hole) >= donor_hole).all()
         elif variant == "paste":  # only the ring between the mask and the hole changes
             changed = (image != original).any(axis=2)
             assert not (changed & ~(hole & ~mask)).any()
@@ -186,7 +227,7 @@ def test_geometry_of_each_variant(made) -> None:
             assert np.array_equal(image[~mask], original[~mask]) and not np.array_equal(image[mask], original[mask])
         elif variant == "noise-bg":
             assert not np.array_equal(image[~mask], original[~mask])
-    assert set(seen) == set(OWN.split(","))
+    assert set(seen) == set(OWN.split(",")) | set(GHOST_VARIANTS)
 
 
 def test_noise_pair_shares_one_noise_field(made) -> None:
@@ -239,7 +280,7 @@ def test_model_masks_need_permission_and_bad_masks_are_never_used(world, tmp_pat
     assert record.counts["sources"] == len(ids) - 3
     assert not _ids_used(record) & set(bad)
     out = Dataset.open(tmp_path / "out")
-    assert {r["mask_status"] for r in out.rows()} == {"model:clipseg-test"}  # a model's mask stays a model's
+    assert {r["mask_status"] for r in out.rows() if r["mask_path"]} == {"model:clipseg-test"}  # stays a model's
 
 
 def test_restricted_licences_are_skipped_unless_allowed(world, tmp_path) -> None:
@@ -330,6 +371,34 @@ def test_settings_refuse_bad_values(settings, match) -> None:
         InterveneSettings(**settings)
 
 
+def test_cli_intervene_into_a_plain_dataset_says_it_is_not_an_intervention(world, pristine, tmp_path,
+                                                                          monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner(env={"COLUMNS": "200"}).invoke(main, ["-q", "intervene", str(pristine), "--out", "world"])
+    assert result.exit_code == 1 and f"is a dataset of {len(world)} samples, not an intervention" in result.output
+    assert "other settings" not in result.output and len(result.output.strip().splitlines()) == 1, result.output
+    assert "intervene" not in Dataset.open("world").provenance and not (tmp_path / "world" / "runs").exists()
+
+
+def test_cli_a_torn_record_is_rewritten_by_the_same_command(made, tmp_path, monkeypatch) -> None:
+    """docs/design.md#interventions: a re-run with the same settings rewrites the record, also one
+    a kill or a full disk cut short; while another process writes it, a second writer is refused."""
+    src, first, record = made
+    out = tmp_path / "out"
+    shutil.copytree(first, out)
+    config = out / "runs" / "intervene" / "config.json"
+    config.write_bytes(config.read_bytes()[:40])
+    with run_lock(out, "intervene", purpose="intervene"), pytest.raises(RunLockedError, match=f"process {os.getpid()} "):
+        intervene(src.root, out, InterveneSettings(variants=OWN, seed=5))
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner(env={"COLUMNS": "200"}).invoke(main, ["-q", "intervene", str(src.root), "--out", "out",
+                                                             "--variants", OWN, "--seed", "5"])
+    assert result.exit_code == 0, result.output
+    assert InterventionRun.of_folder(out).counts == record.counts and _files(out) == _files(first)
+    table = f"runs/intervene/{InterventionRun.VARIANTS}"
+    assert (out / table).read_bytes() == (first / table).read_bytes()
+
+
 def test_out_must_not_be_the_source(world) -> None:
     with pytest.raises(ValueError, match="not into the source folder"):
         intervene(world, world.root / ".." / world.root.name)
@@ -353,8 +422,10 @@ def folder(scored_folder, tmp_path) -> Path:
 def _write_eval(root: Path, name: str, rule, *, only: set[str] | None = None) -> None:
     """An evaluation run on ``root`` whose top-1 correctness is ``rule(variants-table row)``."""
     rows = InterventionRun.of_folder(root).rows()
-    ids = [r["sample_id"] for r in rows]
+    ids = [r["sample_id"] for r in rows if r["variant"] not in GHOST_VARIANTS]
     assert len(set(ids)) == len(ids)  # no two variants share an image here: the rule decides each one
+    ghosts = {r["sample_id"]: r for r in rows if r["variant"] in GHOST_VARIANTS}  # one donor's ghost can be shared
+    rows = [r for r in rows if r["variant"] not in GHOST_VARIANTS] + list(ghosts.values())
     if only is not None:
         rows = [r for r in rows if r["variant"] in only]
     out = {r["sample_id"]: r for r in Dataset.open(root).rows()}
@@ -380,7 +451,7 @@ def _shortcut(row: dict) -> bool:
     the paste control is right when the original is, except in PASTE_CLASS."""
     if row["variant"] == "original":
         return row["group"] == "easy"
-    if row["variant"] == "swap":
+    if row["variant"] in ("swap", "swap-unghosted"):  # no ghost: the swap does not change when the hole is boxed
         return row["group"] == "hard" and row["class_index"] != REST_CLASS
     return row["group"] == "easy" and row["class_index"] != PASTE_CLASS
 
@@ -417,6 +488,42 @@ def test_cli_attribution_recovers_the_planted_decomposition(folder, pristine, mo
     assert (folder / "runs" / "attribution" / AttributionRun.FIGURE).is_file()
 
 
+GHOST_CLASS = 100  # swan: its hard objects are right on the donors' filled holes, wrong once the holes are boxed
+
+
+def _ghost_reader(row: dict) -> bool:
+    """Right on easy photos only; every hard swap is right (B 100 points), but in GHOST_CLASS only because
+    of the ghost: the same swap with the donor's hole boxed is wrong, and the ghost alone names the class."""
+    if row["variant"] == "original":
+        return row["group"] == "easy"
+    if row["variant"] == "swap":
+        return row["group"] == "hard"
+    if row["variant"] in ("swap-unghosted", "ghost", "ghost-neutral"):
+        return (row["class_index"] == GHOST_CLASS) == (row["variant"] != "swap-unghosted")
+    return row["group"] == "easy"
+
+
+def test_cli_attribution_prints_the_ghost_control_beside_b_and_flags_the_class_it_carries(folder, monkeypatch) -> None:
+    _write_eval(folder, "ghostly", _ghost_reader)
+    monkeypatch.chdir(folder.parent)
+    runner = CliRunner(env={"COLUMNS": "300"})
+    result = runner.invoke(main, ["-q", "attribution", "out", "--bootstrap", "100", "--classes", "--run-name", "a"])
+    assert result.exit_code == 0, result.output
+    assert "ghost control" in result.output and "B unghosted" in result.output and "ghost-neutral" in result.output
+    assert "flagged" in result.output and "ghost control: the donors' filled holes move B by +100.0 points" in result.output
+    model = AttributionRun.load(folder / "runs" / "a").model("ghostly")
+    for row in model.classes:
+        ghostly = row.class_index == GHOST_CLASS
+        assert row.values["background_part"] == 1.0
+        assert row.values["background_part_unghosted"] == (0.0 if ghostly else 1.0)
+        assert row.values["ghost_bias"] == (1.0 if ghostly else 0.0)
+        assert row.values["ghost"] == row.values["ghost_neutral"] == (1.0 if ghostly else 0.0)
+        assert ("ghost control" in row.flag) == ghostly
+    assert model.value("ghost_bias") == pytest.approx(1 / 3)  # the mean over the three classes
+    assert "ghost control" in (folder / "runs" / "a" / "attribution.md").read_text()
+    assert "ghost_bias,ghost_bias_low" in (folder / "runs" / "a" / "attribution.csv").read_text()
+
+
 def test_attribution_of_one_named_run(folder) -> None:
     _write_eval(folder, "shortcut", _shortcut)
     _write_eval(folder, "blind", lambda row: True)
@@ -443,6 +550,55 @@ def test_attribution_of_a_run_that_scored_no_original_is_refused(folder) -> None
         attribution(folder, ["partial"], AttributionSettings(n_boot=50))
 
 
+def test_cli_attribution_replaces_a_killed_run_of_the_same_name(folder, monkeypatch) -> None:
+    """docs/design.md#run-folders: a folder without config.json (what a killed run leaves) is an
+    unfinished run, which the same command replaces, saying so."""
+    _write_eval(folder, "shortcut", _shortcut)
+    killed = folder / "runs" / "a1"
+    killed.mkdir()
+    (killed / AttributionRun.FIGURE).write_bytes(b"\x89PNG torn")
+    monkeypatch.chdir(folder.parent)
+    result = CliRunner(env={"COLUMNS": "200"}).invoke(main, ["attribution", "out", "--bootstrap", "50",
+                                                             "--run-name", "a1"])
+    assert result.exit_code == 0, result.output
+    assert "unfinished" in result.output and "replacing it" in result.output
+    assert AttributionRun.load(killed).models[0].run == "shortcut"
+    assert (killed / AttributionRun.FIGURE).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cli_attribution_refuses_a_finished_name_before_bootstrapping(folder, monkeypatch) -> None:
+    """A finished run of that name is refused before any work: the bootstrap never starts."""
+    _write_eval(folder, "shortcut", _shortcut)
+    attribution(folder, ["shortcut"], AttributionSettings(n_boot=50), run_name="a1")
+    monkeypatch.chdir(folder.parent)
+    runner = CliRunner(env={"COLUMNS": "200"})
+
+    def bootstrapped(*args, **kwargs):
+        raise AssertionError("bootstrapped before the name was checked")
+
+    import curate.stages.attribution as stage
+
+    monkeypatch.setattr(stage, "attribute", bootstrapped)
+    result = runner.invoke(main, ["attribution", "out", "--bootstrap", "50", "--run-name", "a1"])
+    assert result.exit_code == 1 and "bootstrapped" not in result.output, result.output
+    assert "exists" in result.output and "--overwrite" in result.output and len(result.output.splitlines()) == 1
+
+
+def test_attribution_interrupted_while_writing_leaves_no_run_folder(folder, monkeypatch) -> None:
+    """Ctrl-C while the figure is drawn: no ``runs/NAME`` without a config.json is left behind."""
+    import curate.interventions.figures as figures
+
+    _write_eval(folder, "shortcut", _shortcut)
+
+    def interrupted(models):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(figures, "decomposition_png", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        attribution(folder, ["shortcut"], AttributionSettings(n_boot=50), run_name="a2")
+    assert not (folder / "runs" / "a2").exists()
+
+
 def test_attribution_without_an_intervention_record_says_run_curate_intervene(world, tmp_path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
     result = CliRunner(env={"COLUMNS": "200"}).invoke(main, ["-q", "attribution", "world", "--bootstrap", "50"])
@@ -452,7 +608,10 @@ def test_attribution_without_an_intervention_record_says_run_curate_intervene(wo
         attribution(world, None, AttributionSettings(n_boot=50))
 
 
-def test_an_interrupted_intervention_is_finished_by_running_it_again(made, tmp_path, monkeypatch) -> None:
+def test_an_interrupted_intervention_says_so_in_check_and_info_and_is_finished_by_the_command_named(
+        made, tmp_path, monkeypatch) -> None:
+    """An interrupted intervene leaves images and no record: ``curate check`` fails and ``curate info``
+    warns, both naming the command that finishes it; that command, typed, finishes it byte for byte."""
     src, first, record = made
     add = Dataset.add_samples
     monkeypatch.setattr(Dataset, "add_samples", lambda self, items, actor="curate", **kw: add(self, items, actor,
@@ -469,7 +628,19 @@ def test_an_interrupted_intervention_is_finished_by_running_it_again(made, tmp_p
     with pytest.raises(RunError):
         InterventionRun.of_folder(out)
     monkeypatch.undo()
-    again = intervene(src.root, out, InterveneSettings(variants=OWN, seed=5))
-    assert again.counts == record.counts and _files(out) == _files(first)
+    runner = CliRunner(env={"COLUMNS": "400"})
+    checked = runner.invoke(main, ["check", str(out)])
+    assert checked.exit_code == 1 and "unfinished: `intervene`" in checked.output, checked.output
+    command = checked.output.split("run the same command again: ")[1].splitlines()[0]
+    assert shlex.split(command) == ["curate", "intervene", str(src.root.resolve()), "--out", str(out.resolve()),
+                                    "--variants", "only-fg,no-fg,only-bg,swap,paste,noise-fg,noise-bg", "--seed", "5"]
+    info = runner.invoke(main, ["info", str(out)])
+    assert info.exit_code == 0 and f"run the same command again: {command}" in info.output, info.output
+    finished = runner.invoke(main, ["-q", *shlex.split(command)[1:]])
+    assert finished.exit_code == 0, finished.output
+    assert InterventionRun.of_folder(out).counts == record.counts and _files(out) == _files(first)
+    for verb in ("check", "info"):
+        result = runner.invoke(main, [verb, str(out)])
+        assert result.exit_code == 0 and "unfinished" not in result.output, result.output
     with pytest.raises(DatasetError, match="other settings"):  # the identity was recorded before the first image
         intervene(src.root, out, InterveneSettings(variants=OWN, seed=6))

@@ -11,6 +11,7 @@ import click
 import pytest
 from click.testing import CliRunner
 from eval_helpers import make_folder
+from progress_helpers import assert_closing_lines_full
 from publish_helpers import make_dataset, write_eval_run
 from rich.console import Console
 
@@ -186,9 +187,51 @@ def test_stage_progress_prints_plain_lines_without_a_terminal(monkeypatch) -> No
     assert re.fullmatch(r"scoring: 5 \([\d.]+/s\)", lines[3]), lines
     assert re.fullmatch(r"scoring: 5 done in \d\d:\d\d \([\d.]+/s\)", lines[4]), lines
     assert re.fullmatch(r"writing: 1/2 \([\d.]+/s, ETA \d\d:\d\d\)", lines[5]), lines
-    assert re.fullmatch(r"writing: 1/2 done in \d\d:\d\d \([\d.]+/s\)", lines[6]), lines  # ended at exit
+    assert re.fullmatch(r"writing: 1/2 stopped after \d\d:\d\d \([\d.]+/s\)", lines[6]), lines  # not done: exit
     assert len(lines) == 7, lines
     assert "━" not in buffer.getvalue()  # no bar drawn into the log
+
+
+class Clock:
+    """A stand-in for :mod:`time` in curate.cli: ``monotonic()`` is what the test sets."""
+
+    now = 0.0
+
+    @classmethod
+    def monotonic(cls) -> float:
+        return cls.now
+
+
+def test_stage_progress_says_done_only_at_n_of_n_and_no_zero_rate(monkeypatch) -> None:
+    """The tour's fidelity log said `fine-tuning: 1/3 (0.00/s, ETA 15:41)` and `fine-tuning: 1/3 done in
+    07:51` when the stage turned to scoring. A phase left unfinished for another is not closed; it
+    closes when it reaches n/n; a slow rate is shown per minute; a phase first reported at its end
+    is timed from the event before it (split's `encoding images: 120/120 done in 00:00 (3886136/s)`);
+    the rich bar ends at n/n too."""
+    monkeypatch.setattr(cli, "PLAIN_EVERY_S", 0)
+    monkeypatch.setattr(cli, "time", Clock)
+    buffer = _bar_on(monkeypatch, terminal=False)
+    with cli.progress() as bar:
+        stage = cli.StageProgress(bar)
+        stage(0, 3, "fine-tuning")
+        Clock.now = 471.0
+        stage(1, 3, "fine-tuning")
+        Clock.now = 501.0
+        stage(1, 1, "scoring")  # interleaved: fine-tuning is not over; scoring's first report came as it ended
+        Clock.now = 942.0
+        stage(3, 3, "fine-tuning")  # back to it: it ends now
+    lines = buffer.getvalue().splitlines()
+    assert lines[1] == "fine-tuning: 1/3 (0.13/min, ETA 15:42)", lines
+    assert not any(line.startswith("fine-tuning: 1/3 done") for line in lines), lines
+    assert assert_closing_lines_full(buffer.getvalue()) == {"scoring": (1, 1), "fine-tuning": (3, 3)}
+    assert lines[-2] == "scoring: 1/1 done in 00:30 (2.0/min)", lines  # timed from the event before it
+    assert lines[-1] == "fine-tuning: 3/3 done in 15:42 (0.19/min)", lines
+    buffer = _bar_on(monkeypatch, terminal=True)
+    with cli.progress() as bar:
+        stage = cli.StageProgress(bar)
+        stage(1, 3, "fine-tuning")
+        stage(3, 3, "fine-tuning")
+    assert "fine-tuning" in buffer.getvalue() and "3/3" in buffer.getvalue().rsplit("fine-tuning", 1)[1]
 
 
 def test_stage_progress_is_quiet_between_intervals_and_with_a_terminal(monkeypatch) -> None:

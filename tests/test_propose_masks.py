@@ -1,8 +1,9 @@
 """The propose-masks stage with scripted proposers: what is written, what is never overwritten,
-bad proposals, an interrupted run, and the batched mask writes of the store."""
+bad proposals, an interrupted run, a live run's lock, and the batched mask writes of the store."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 
 import numpy as np
@@ -12,6 +13,8 @@ from curate.collect.synthetic import DEFAULT_CLASSES, WorldSpec, collect_synthet
 from curate.masks.backends.base import Proposal
 from curate.masks.sources import mask_counts, mask_source
 from curate.runs import MaskRun
+from curate.runs.base import RunError
+from curate.runs.lock import RunLockedError, lock_path, run_lock
 from curate.stages.propose_masks import ProposeMasksSettings, propose_masks
 from curate.store import Dataset, DatasetError
 
@@ -142,6 +145,52 @@ def test_interrupted_run_keeps_finished_masks_and_resumes(world, monkeypatch):
         propose_masks(ds, Scripted(truth, model_id="other@9"), every, run_name="r2")
 
 
+def test_a_live_run_is_locked_and_a_second_writer_is_refused_naming_it(world, monkeypatch, tmp_path):
+    """Two writers of one --run-name: the second is refused at once, naming the live process (here
+    this one, holding the run's lock as a live run does), and touches nothing of the live run; once
+    the lock is released the same call resumes the run."""
+    from click.testing import CliRunner
+
+    from curate.cli import main
+
+    ds, truth, unmasked = world
+    _tag_images(monkeypatch, ds)
+    settings = ProposeMasksSettings(batch_size=4, only_missing=True)
+    with pytest.raises(KeyboardInterrupt):
+        propose_masks(ds, Scripted(truth, stop_after=1), settings, run_name="same")
+    run = ds.root / "runs" / "same"
+    files = {str(p): p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    second = Scripted(truth)
+    with run_lock(ds.root, "same", purpose="propose-masks"):
+        with pytest.raises(RunLockedError, match=f"being written by process {os.getpid()} "):
+            propose_masks(ds, second, settings, run_name="same")
+        monkeypatch.chdir(tmp_path)
+        result = CliRunner().invoke(main, ["propose-masks", "world", "--model", "clipseg:./no-model-here",
+                                           "--only-missing", "--run-name", "same"])
+        assert result.exit_code == 1 and f"process {os.getpid()} (propose-masks" in result.output, result.output
+        assert len(result.output.strip().splitlines()) == 1 and "Traceback" not in result.output
+    assert second.seen == [] and {str(p): p.read_bytes() for p in run.rglob("*") if p.is_file()} == files
+    record = propose_masks(ds, Scripted(truth), settings, run_name="same")
+    assert record.counts["resumed"] == 4 and record.counts["applied"] == len(unmasked)
+    assert not lock_path(ds.root, "same").exists()
+
+
+def test_a_torn_pending_record_is_called_damaged_and_overwrite_restarts_the_run(world, monkeypatch):
+    ds, truth, unmasked = world
+    _tag_images(monkeypatch, ds)
+    settings = ProposeMasksSettings(batch_size=4, only_missing=True)
+    with pytest.raises(KeyboardInterrupt):
+        propose_masks(ds, Scripted(truth, stop_after=1), settings, run_name="torn")
+    pending = ds.root / "runs" / "torn" / "pending.json"
+    pending.write_bytes(pending.read_bytes()[:25])  # a kill while it was written, a full disk
+    with pytest.raises(RunError, match="damaged") as refused:
+        propose_masks(ds, Scripted(truth), settings, run_name="torn")
+    assert "--overwrite" in str(refused.value) and "another model" not in str(refused.value)
+    record = propose_masks(ds, Scripted(truth), settings, run_name="torn", overwrite=True)
+    assert record.counts["in_scope"] == len(unmasked) - 4 and record.counts["resumed"] == 0
+    assert all(Dataset.open(ds.root).row(sid)["mask_status"] == "model:scripted@1" for sid in unmasked)
+
+
 def test_unreadable_photo_is_counted_not_fatal(world, monkeypatch):
     ds, truth, unmasked = world
     _tag_images(monkeypatch, ds)
@@ -215,6 +264,11 @@ def test_cli_proposes_with_a_real_tiny_clipseg_and_measures(tmp_path, monkeypatc
     assert record.model_id.startswith("clipseg:cs@") and record.counts["in_scope"] == 18
     assert record.counts["applied"] == 0  # every photo of this world has an exact mask
     assert record.counts["found"] + record.counts["nothing_found"] == 18
+    # nothing in scope (every photo has a mask): no run is written, so the newest run stays the real one
+    nothing = runner.invoke(main, ["propose-masks", "world", "--model", "clipseg:~/models/cs", "--only-missing"])
+    assert nothing.exit_code == 1 and "nothing to propose" in nothing.output, nothing.output
+    assert "18 has mask" in nothing.output and "no run was written" in nothing.output
+    assert sorted(p.name for p in (tmp_path / "world" / "runs").iterdir()) == ["cs"]
     measured = runner.invoke(main, ["propose-masks", "world", "--measure", "--json"])
     assert measured.exit_code == 0, measured.output
     data = json.loads(measured.output)

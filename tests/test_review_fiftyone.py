@@ -53,6 +53,12 @@ def test_push_fields_views_and_runs(fo, world) -> None:
     from curate.review.fiftyone import push_fiftyone, run_field
     from curate.review.views import expand_views, load_views
 
+    # a mask of each kind of the mask-source table (docs/design.md#masks): "masks to review" holds only
+    # those whose status names nobody (null, unknown text)
+    masked = [r["sample_id"] for r in world.rows() if r["mask_path"] is not None and r["mask_status"] != "model"]
+    statuses = ("coco", "reviewed", "exact", "ok", None, "painted in 2019")
+    world.update(masked[:len(statuses)], per_sample={sid: {"mask_status": s} for sid, s in zip(masked, statuses)},
+                 actor="test")
     name = _name()
     result = push_fiftyone(world.root, name=name)
     assert result.added == len(world) and result.runs == [RUN]
@@ -85,6 +91,7 @@ def test_push_fields_views_and_runs(fo, world) -> None:
         expected = {sid for sid, r in rows.items() if spec.matches(r, correct)}
         assert set(view.values("sample_id")) == expected, spec.name
     assert len(dataset.load_saved_view(f"wrong on hard ({RUN})")) > 0
+    assert set(dataset.load_saved_view("masks to review").values("sample_id")) == set(masked[4:6])
     low_view = dataset.load_saved_view("low-confidence background pre-labels")
     scores = low_view.values("background.confidence")
     assert scores == sorted(scores)

@@ -355,6 +355,36 @@ def test_masks_to_verify_and_masks_to_review_never_share_a_sample(tmp_path) -> N
     assert "lowest first" in verify.description
 
 
+def test_masks_to_review_are_the_masks_whose_maker_the_mask_source_table_does_not_name() -> None:
+    """docs/design.md#masks: a mask whose status names its maker is exact, a person's or rejected;
+    "masks to review" holds the rest (null or unknown text) but model proposals ("masks to verify"),
+    and its filter values come from curate.masks.sources, so a status added there moves with it."""
+    import re
+    from pathlib import Path
+
+    from curate.masks.sources import HUMAN_STATUSES
+    from curate.review.views import find_view, load_views
+
+    design = (Path(__file__).resolve().parents[1] / "docs" / "design.md").read_text(encoding="utf-8")
+    table = design.split("## masks", 1)[1].split("| `mask_status` | source |", 1)[1].split("\n\n", 1)[0]
+    named: dict[str, str] = {}
+    for line in table.splitlines()[2:]:
+        statuses, source = line.split("|")[1:3]
+        named.update({status: source.strip() for status in re.findall(r"`([^`]+)`", statuses) if "<" not in status})
+    assert set(named.values()) == {"exact", "human", "model", "rejected"}, named
+    view = find_view(load_views(), "masks to review")
+    row = lambda status: {"mask_path": "masks/a.png", "mask_status": status}  # noqa: E731
+    for status, source in named.items():
+        assert mask_source(row(status)) == source, status  # the table and the one function agree
+        assert not view.matches(row(status)), status
+    for status in (None, "", "legacy", "painted in 2019"):  # "any other text or null": nobody named
+        assert mask_source(row(status)) == "human" and view.matches(row(status)), status
+    assert not view.matches({"mask_path": "masks/a.png", "mask_status": "model:clipseg@1"})
+    assert not view.matches({"mask_path": None, "mask_status": None})
+    values = {c.column: c.value for c in view.conditions}
+    assert values == {"mask_source": "human", "mask_status": HUMAN_STATUSES}, values
+
+
 def test_a_vocabulary_without_the_rejecting_verdict_is_refused(tmp_path) -> None:
     from curate.review.annotation import annotation_file
     from curate.review.vocabulary import TagVocabulary, VocabularyError

@@ -9,6 +9,7 @@ import pytest
 import torch
 from eval_helpers import CLASSES, make_folder
 
+from curate.features import FEATURES_DIR
 from curate.models import ModelSpec, load_model
 from curate.stages.evaluate import EvalSettings, evaluate
 
@@ -230,6 +231,27 @@ def test_cuda_requested_but_absent_is_a_clear_error(folder) -> None:
 def test_empty_selection_is_a_clear_error(folder) -> None:
     with pytest.raises(ValueError, match="no samples with status"):
         evaluate(folder.root, TINY, EvalSettings(statuses=("rejected",)))
+
+
+def test_a_finished_run_name_is_refused_before_any_work(folder) -> None:
+    """docs/design.md#run-folders: the name is checked first; no image is encoded, no progress reported."""
+    finished = folder.root / "runs" / "a"
+    finished.mkdir(parents=True)
+    (finished / "config.json").write_text("{}")
+    calls: list = []
+    with pytest.raises(FileExistsError, match="--overwrite"):
+        evaluate(folder.root, TINY, EvalSettings(bootstrap=10), run_name="a", progress=lambda *call: calls.append(call))
+    assert calls == [] and not (folder.root / FEATURES_DIR).exists()
+
+
+def test_nothing_scored_writes_no_run(folder) -> None:
+    """Every image unreadable: a clear error naming the reason, and no empty run to hide a real one."""
+    for row in folder.rows():
+        path = folder.image_path(row["sample_id"])
+        path.write_bytes(path.read_bytes()[:40])
+    with pytest.raises(ValueError, match="no sample could be scored: all 30 "):
+        evaluate(folder.root, TINY, EvalSettings(bootstrap=10), run_name="empty")
+    assert not (folder.root / "runs" / "empty").exists()
 
 
 def test_rescoring_a_subset_slices_the_cached_classifier_and_encodes_nothing(folder, tmp_path, monkeypatch) -> None:

@@ -9,6 +9,7 @@ import pyarrow as pa
 import pytest
 from click.testing import CliRunner
 from PIL import Image
+from progress_helpers import Recorder, assert_closing_lines_full
 
 from curate.cli import main
 from curate.collect.synthetic import DEFAULT_CLASSES, WorldSpec, collect_synthetic
@@ -182,13 +183,25 @@ def test_model_backgrounds_are_refused_unless_allowed(world) -> None:
 def test_a_reference_model_is_evaluated_through_the_evaluate_stage(world) -> None:
     from curate.models import ModelSpec
 
+    progress = Recorder()
     result = split(world.root, ModelSpec("curate-tiny-vit"), SplitSettings(min_per_background=3, n_boot=50, n_perm=50,
-                                                                          crossfit_repeats=2, device="cpu"))
+                                                                          crossfit_repeats=2, device="cpu"),
+                   progress=progress)
     (reference,) = result.references
     evaluation = EvaluationRun.load(world.root / "runs" / reference.run)
     assert reference.run.startswith("split-ref-curate-tiny-vit") and evaluation.is_paper_setting
     assert reference.model_id == evaluation.model_id and reference.is_paper_setting
     assert len(result.classes) == 3 and SplitRun.load(result.run_dir).references == result.references
+    # progress: the reference phase counts the 120 images it scored and ends at n/n (the encoding inside too)
+    progress.assert_every_phase_ends_full()
+    assert progress.phases()["reference model"] == [(0, 120), (120, 120)]
+    # the tour's case, as typed: every image already encoded, so the evaluation encodes nothing; the
+    # logged closing line still says what was scored (it said "reference model: 0 done in 00:08")
+    result = CliRunner(env={"COLUMNS": "200"}).invoke(main, [
+        "split", str(world.root), "--reference", "curate-tiny-vit", "--min-per-background", "3", "--n-perm", "50",
+        "--n-boot", "50", "--crossfit-repeats", "2", "--device", "cpu"])
+    assert result.exit_code == 0, result.output
+    assert assert_closing_lines_full(result.stderr)["reference model"] == (120, 120)
 
 
 def test_split_cli(world) -> None:

@@ -522,6 +522,27 @@ def test_deep_check_notices_modified_image_bytes(tmp_path: Path) -> None:
     with pytest.raises(DatasetError):
         Dataset.open(ds.root, deep=True)
 
+def test_deep_check_decodes_every_mask(tmp_path: Path) -> None:
+    """A mask PNG cut after an intact header passes the header checks of every open, but no stage can
+    read it (intervene and discover skip it as mask_unreadable): ``--deep`` decodes every mask."""
+    from click.testing import CliRunner
+
+    from curate.cli import main
+
+    ds = make_dataset(tmp_path / "ds", n=2)
+    sid = ds.sample_ids()[1]
+    path = ds.mask_path(sid)
+    data = path.read_bytes()
+    path.write_bytes(data[:data.index(b"IDAT") + 6])  # signature and IHDR intact, the pixels cut
+    with pytest.raises(OSError):
+        ds.load_mask(sid)  # what the stages read
+    assert errors(ds.root) == []  # the cheap check reads headers only
+    deep = [p for p in check_dataset(ds.root, deep=True) if p.severity == "error"]
+    assert [(p.row, p.column) for p in deep] == [(1, "mask_path")], [str(p) for p in deep]
+    assert "does not decode" in deep[0].message and "truncated" in deep[0].message
+    result = CliRunner().invoke(main, ["check", str(ds.root), "--deep"])
+    assert result.exit_code == 1 and "row 1" in result.output and "does not decode" in result.output, result.output
+
 def test_paths_escaping_the_folder_are_refused(tmp_path: Path) -> None:
     ds = make_dataset(tmp_path / "ds", n=2)
     outside = tmp_path / "secret.png"

@@ -19,7 +19,6 @@ import logging
 import os
 import pkgutil
 import re
-import shlex
 import sys
 import time
 from pathlib import Path
@@ -29,6 +28,7 @@ import click
 from rich.console import Console
 
 from curate import __version__
+from curate.shell import quote
 
 console = Console()
 err_console = Console(stderr=True)
@@ -37,12 +37,13 @@ logger = logging.getLogger("curate")
 
 #: Verb -> the modules of this package that define it and its subcommands (imported on first use).
 COMMANDS: dict[str, tuple[str, ...]] = {
-    "audit": ("audit",), "check": ("dataset",), "collect": ("collect", "collect_sources", "webdataset"),
+    "audit": ("audit",), "check": ("dataset",), "collect": ("collect", "collect_sources", "webdataset", "collect_hub",
+                "collect_fiftyone"),
     "compare": ("evaluate",), "create": ("dataset",), "demo": ("demo",), "discover": ("discover",),
     "groups": ("discover",), "accept-group": ("discover",), "reject-group": ("discover",), "evaluate": ("evaluate",),
     "attribution": ("interventions",), "explain": ("explain",), "export": ("split",), "fidelity": ("fidelity",),
     "info": ("dataset",), "intervene": ("interventions",),
-    "label-backgrounds": ("split",), "models": ("models",), "propose-masks": ("masks",), "publish": ("publish",), "report": ("publish",),
+    "label-backgrounds": ("split",), "models": ("models",), "plan": ("plan",), "propose-masks": ("masks",), "publish": ("publish",), "report": ("publish",),
     "review": ("review", "discover"), "split": ("split",), "train-reference": ("models",), "vlm-explain": ("vlm",),
     "vlm-quality": ("vlm",),
 }
@@ -105,7 +106,7 @@ def _named_folder(message: str) -> str:
     for pattern in _FOLDER_IN_MESSAGE:
         match = re.search(pattern, message, re.MULTILINE)
         if match:
-            return shlex.quote(match.group(1))
+            return quote(match.group(1))
     return "DIR"
 
 
@@ -119,10 +120,61 @@ def cli_advice(message: str) -> str:
     return message
 
 
+def one_line(text: str) -> str:
+    """``text`` on one line: its lines stripped and joined by ``; `` (by a space after a line that
+    ends with ``:``, which introduces the next)."""
+    joined = ""
+    for line in (part.strip() for part in text.splitlines()):
+        if line:
+            joined = f"{joined}{' ' if joined.endswith(':') else '; '}{line}" if joined else line
+    return joined
+
+
+def error_line(error: BaseException) -> str:
+    """What the CLI prints for a library error: its message in the CLI's words (:func:`cli_advice`),
+    on one line (:func:`one_line`). An invalid dataset folder (a ``DatasetError`` with
+    ``problems``) names its first problem and counts the others, which ``curate check`` lists."""
+    from curate.store import DatasetError
+
+    text = str(error)
+    if isinstance(error, DatasetError) and error.problems and "\n" in text:
+        lines, more = text.splitlines(), len(error.problems) - 1
+        text = f"{lines[0]} {error.problems[0]}{f' (and {more} more)' if more else ''}. {lines[-1].strip()}"
+    return one_line(cli_advice(text)) or type(error).__name__
+
+
+def print_error(message: str) -> None:
+    """Print an error as the CLI prints every error, library or usage: ``error: <message>`` on
+    stderr, one line (:func:`one_line`)."""
+    console = _console(stderr=True)
+    console.print("[bold red]error:[/] ", end="")
+    console.print(one_line(message), markup=False, highlight=False)
+
+
+def _show_click_error(error: click.ClickException) -> None:
+    """Click's report of a usage error (the usage line and the help hint), with the message
+    written by :func:`print_error` where click writes ``Error: <message>``."""
+    ctx = getattr(error, "ctx", None)
+    if isinstance(error, click.UsageError) and ctx is not None:
+        hint = ""
+        if ctx.command.get_help_option(ctx) is not None:
+            hint = f"Try '{ctx.command_path} {max(ctx.command.get_help_option_names(ctx), key=len)}' for help.\n"
+        click.echo(f"{ctx.get_usage()}\n{hint}", err=True, color=ctx.color)
+    print_error(error.format_message())
+
+
+def _in_one_form(error: click.ClickException) -> None:
+    """Let click show ``error`` by :func:`_show_click_error` where it would print ``Error:`` (an
+    exception that shows itself another way, e.g. help for a bare group, is left alone)."""
+    if type(error).show in (click.ClickException.show, click.UsageError.show):
+        error.show = lambda file=None: _show_click_error(error)  # type: ignore[method-assign]
+
+
 class CurateGroup(HelpGroup):
     """Loads each verb's module on first use (:data:`COMMANDS`); turns library errors into a
-    one-line message and exit code 1: ``error: <message>`` in the CLI's words (:func:`cli_advice`;
-    ``-v`` adds the exception's class, ``--debug`` re-raises)."""
+    one-line message and exit code 1: ``error: <message>`` in the CLI's words (:func:`error_line`;
+    ``-v`` adds the exception's class, ``--debug`` re-raises). Click's own errors (usage, bad
+    values; exit code 2) say ``error:`` too: :func:`print_error` writes both."""
 
     group_class = HelpGroup  # `@main.group()` subgroups (collect, review) list their commands whole too
 
@@ -134,19 +186,29 @@ class CurateGroup(HelpGroup):
             importlib.import_module(f"{__name__}.{module}")
         return super().get_command(ctx, cmd_name)
 
+    def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
+                     **extra: Any) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except click.ClickException as error:  # curate's own options (`curate --nope`)
+            _in_one_form(error)
+            raise
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except (click.ClickException, click.exceptions.Exit, click.Abort, KeyboardInterrupt):
+        except click.ClickException as error:  # a verb's options and arguments, or the verb's name
+            _in_one_form(error)
+            raise
+        except (click.exceptions.Exit, click.Abort, KeyboardInterrupt):
             raise
         except Exception as error:  # noqa: BLE001 - the CLI boundary
             if ctx.obj and ctx.obj.get("debug"):
                 raise
-            message = cli_advice(str(error)) or type(error).__name__
+            message = error_line(error)
             if ctx.obj and ctx.obj.get("verbose"):
                 message = f"{type(error).__name__}: {message}"
-            err_console.print("[bold red]error:[/] ", end="")
-            err_console.print(message, markup=False, highlight=False)
+            print_error(message)
             sys.exit(1)
 
 
@@ -211,7 +273,9 @@ def progress():
 
     Where stderr is not a terminal (output to a log file) it draws no bar; it prints a line
     ``<phase>: done/total (rate/s, ETA mm:ss)`` at least every :data:`PLAIN_EVERY_S` seconds of a
-    phase and ``<phase>: done/total done in mm:ss (rate/s)`` when the phase ends.
+    phase and ``<phase>: n/n done in mm:ss (rate/s)`` when the phase ends; a phase still short of
+    its total when the bar stops closes with ``<phase>: done/total stopped after mm:ss``, never
+    "done". A rate under 0.1/s is shown per minute (``0.13/min``), never as ``0.00/s``.
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -220,13 +284,13 @@ def progress():
             super().__init__(*args, **kwargs)
             self.plain = plain
             self.clocks: dict[Any, list[float]] = {}  # task -> [phase start, last line, last done]
-            self.ended: set[Any] = set()
+            self.ended: dict[Any, bool] = {}  # task -> its closing line is printed (True: it reached its total)
+            self.last = time.monotonic()  # the last progress event: where the next new phase's work began
 
         def add_task(self, *args: Any, **kwargs: Any) -> Any:
             task_id = super().add_task(*args, **kwargs)
-            if self.plain:
-                now = time.monotonic()
-                self.clocks[task_id] = [now, now, self._tasks[task_id].completed]
+            if self.plain:  # its clock starts at the last event: a stage often reports a phase first when a batch ends
+                self.clocks[task_id] = [self.last, time.monotonic(), self._tasks[task_id].completed]
             return task_id
 
         def update(self, task_id: Any, **kwargs: Any) -> None:
@@ -240,13 +304,16 @@ def progress():
                 self._tick(task_id)
 
         def end_task(self, task_id: Any) -> None:
-            """The phase of ``task_id`` is over: its one closing line (plain mode)."""
+            """The phase of ``task_id`` is over: its one closing line (plain mode), "done in" when it
+            reached its total (or has none), "stopped after" when it is short of it."""
             if self.plain and task_id in self.clocks and task_id not in self.ended:
-                self.ended.add(task_id)
                 task = self._tasks[task_id]
+                finished = task.total is None or task.completed >= task.total
+                self.ended[task_id] = finished
                 elapsed = time.monotonic() - self.clocks[task_id][0]
-                self._line(f"{task.description}: {_count(task.completed, task.total)} done in {_clock(elapsed)} "
-                           f"({_rate(task.completed, elapsed)}/s)")
+                self._line(f"{task.description}: {_count(task.completed, task.total)} "
+                           f"{'done in' if finished else 'stopped after'} {_clock(elapsed)} "
+                           f"({_rate(task.completed, elapsed)})")
 
         def stop(self) -> None:
             for task_id in list(self.clocks):
@@ -255,14 +322,17 @@ def progress():
 
         def _tick(self, task_id: Any) -> None:
             task, now = self._tasks[task_id], time.monotonic()
+            self.last = now
             clock = self.clocks.setdefault(task_id, [now, now, task.completed])
             if task.completed < clock[2]:  # the phase starts again (the next model, ...)
                 clock[0] = clock[1] = now
             clock[2] = task.completed
-            if task.total is not None and task.completed >= task.total:
+            finished = task.total is not None and task.completed >= task.total
+            if not (finished and self.ended.get(task_id)):
+                self.ended.pop(task_id, None)  # it goes on (or reaches its total after stopping): it closes again
+            if finished:
                 self.end_task(task_id)
                 return
-            self.ended.discard(task_id)
             if now - clock[1] >= PLAIN_EVERY_S:
                 clock[1] = now
                 elapsed = now - clock[0]
@@ -271,7 +341,7 @@ def progress():
                 if task.total is not None:
                     eta = f", ETA {_clock((task.total - task.completed) / rate)}" if rate > 0 else ", ETA --:--"
                 self._line(f"{task.description}: {_count(task.completed, task.total)} "
-                           f"({_rate(task.completed, elapsed)}/s{eta})")
+                           f"({_rate(task.completed, elapsed)}{eta})")
 
         def _line(self, text: str) -> None:
             self.console.print(text, markup=False, highlight=False, soft_wrap=True)
@@ -289,8 +359,13 @@ def _count(done: float, total: float | None) -> str:
 
 
 def _rate(done: float, seconds: float) -> str:
+    """``done`` per second with its unit (``12.5/s``), per minute below 0.1/s (``0.13/min``)."""
     rate = done / seconds if seconds > 0 else 0.0
-    return f"{rate:.0f}" if rate >= 100 else f"{rate:.1f}" if rate >= 1 else f"{rate:.2f}"
+    unit = "/s"
+    if 0 < rate < 0.1:
+        rate, unit = rate * 60, "/min"
+    text = f"{rate:.0f}" if rate >= 100 else f"{rate:.1f}" if rate >= 1 else f"{rate:.2g}" if rate else "0"
+    return text + unit
 
 
 def _clock(seconds: float) -> str:
@@ -300,19 +375,27 @@ def _clock(seconds: float) -> str:
 
 
 class StageProgress:
-    """Adapts a rich :func:`progress` bar to :class:`curate.progress.Progress`: one bar per phase
-    (a new phase ends the one before: its closing line where stderr is a log file)."""
+    """Adapts a rich :func:`progress` bar to :class:`curate.progress.Progress`: one bar per phase.
+
+    Where stderr is a log file, a phase with a total closes (its one closing line) when it reaches
+    it: a phase another one interrupts stays open (stages interleave phases, and a phase left at
+    1/3 is not done), and one still short of its total when the bar stops says "stopped after".
+    A phase without a total closes when the next phase begins.
+    """
 
     def __init__(self, bar) -> None:
         self.bar = bar
         self.tasks: dict[str, Any] = {}
+        self.totals: dict[str, int | None] = {}
         self.current: str | None = None
 
     def __call__(self, done: int, total: int | None, message: str = "") -> None:
         key = message or "working"
-        if key != self.current and self.current is not None and hasattr(self.bar, "end_task"):
+        if (key != self.current and self.current is not None and self.totals[self.current] is None
+                and hasattr(self.bar, "end_task")):
             self.bar.end_task(self.tasks[self.current])
         self.current = key
+        self.totals[key] = total
         if key not in self.tasks:
             self.tasks[key] = self.bar.add_task(key, total=total)
         self.bar.update(self.tasks[key], completed=done, total=total)

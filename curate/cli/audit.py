@@ -8,6 +8,7 @@ from rich.table import Table
 
 from curate.cli import StageProgress, err, main, out, progress, shown
 from curate.cli.options import (
+    CLIP_ONLY,
     UserPath,
     batch_options,
     device_options,
@@ -17,11 +18,12 @@ from curate.cli.options import (
     one_model_spec,
     run_options,
 )
+from curate.shell import suggest
 
 
 @main.command()
 @click.argument("directory", type=UserPath(path_type=Path, exists=True, file_okay=False))
-@model_options(required=False)
+@model_options(required=False, accepts=CLIP_ONLY)
 @click.option("--checks", default="all", show_default=True,
               help="Comma-separated: label,duplicates,outliers,feature,obscurity,clarity (feature needs no model).")
 @click.option("--label-space", callback=expand_home, default="present", show_default=True,
@@ -101,4 +103,4 @@ def audit(directory: Path, model: str | None, pretrained: str | None, checks: st
         err().print(f"[yellow]{excluded['count']} sample(s) could not be decoded or encoded[/] "
                     f"({excluded.get('reasons')}); their feature-based scores are empty")
     out().print(f"{shown(run.run_dir)} ({run.dataset.get('images_encoded', 0)} images encoded, the rest from the feature cache); "
-                f"measure later with: curate audit {directory} --measure")
+                f"measure later with: {suggest('curate audit {dir} --measure', dir=directory)}")

@@ -33,11 +33,14 @@ def create(directory: Path, name: str | None, label_space: str, backgrounds: str
 def info(directory: Path) -> None:
     """Counts per class, background, group, status and licence."""
     from curate.store import Dataset, summarize
+    from curate.store.summary import unfinished
 
     ds = Dataset.open(directory)
     counts = summarize(ds)
     out().print(f"[bold]{ds.config.get('name', directory.name)}[/] — {len(ds)} samples, label space "
                   f"'{ds.label_space.name}' ({len(ds.label_space)} classes), schema v{ds.config.get('schema_version')}")
+    for line in unfinished(ds.config):  # a derived folder its stage has not finished (e.g. curate intervene)
+        out().print(line, style="yellow", markup=False, highlight=False)
     for key in ("class", "background", "group", "status", "license", "source"):
         if key in counts:
             out().print(_counter_table(key, counts[key]))
@@ -87,7 +90,7 @@ def _counter_table(title: str, counter: Counter) -> Table:
 
 @main.command()
 @click.argument("directory", type=UserPath(path_type=Path, exists=True, file_okay=False))
-@click.option("--deep", is_flag=True, help="Also re-hash every image against its recorded sha256.")
+@click.option("--deep", is_flag=True, help="Also re-hash every image against its recorded sha256 and decode every mask.")
 def check(directory: Path, deep: bool) -> None:
     """List every problem of a dataset folder; exit 1 when there is any error."""
     from curate.store import check_dataset

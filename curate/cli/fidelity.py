@@ -9,6 +9,7 @@ from rich.table import Table
 
 from curate.cli import StageProgress, err, main, out, progress, shown
 from curate.cli.options import (
+    IMAGE_MODELS,
     UserPath,
     device_options,
     mask_trust_option,
@@ -25,7 +26,7 @@ def _csv(text: str) -> tuple[str, ...]:
 
 @main.command("fidelity")
 @click.argument("directory", type=UserPath(exists=True, file_okay=False, path_type=Path))
-@model_options(required=False)
+@model_options(required=False, accepts=IMAGE_MODELS)
 @click.option("--methods", default="gradcam", show_default=True,
               help="Comma list: saliency methods, 'mask', 'random' (needed for the verdicts), or NAME~RATIO "
                    "(degraded by noise).")

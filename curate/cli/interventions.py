@@ -7,7 +7,9 @@ import click
 
 from curate.cli import StageProgress, main, out, progress, shown
 from curate.cli.options import UserPath
-from curate.interventions.plan import VARIANTS
+from curate.interventions.image_ops import FILLS
+from curate.interventions.plan import MATCHES, VARIANTS
+from curate.shell import suggest
 
 
 @main.command("intervene")
@@ -27,6 +29,13 @@ from curate.interventions.plan import VARIANTS
 @click.option("--sigma", type=float, default=0.25, show_default=True,
               help="Standard deviation of the Gaussian noise on the [0, 1] pixel scale (noise-fg / noise-bg).")
 @click.option("--per-cell", type=int, default=None, help="At most N photos per (class, group), in a seeded order.")
+@click.option("--fill", type=click.Choice(FILLS), default="tile", show_default=True,
+              help="How a hole is filled: tiles of the photo's background, OpenCV inpainting (telea, ns), or box-*: "
+                   "the hole's bounding box filled so no outline of the object is left.")
+@click.option("--donor-match", type=click.Choice(MATCHES), default="cover", show_default=True,
+              help="Donors whose hole the pasted object covers best (cover) or whose object is closest in size (size).")
+@click.option("--max-uncovered", type=float, default=None,
+              help="Leave out donors whose hole the pasted object leaves more than this share of (0-1; counted).")
 @click.option("--allow-model-masks", is_flag=True,
               help="Also use unverified model-made masks (curate propose-masks) as objects (counted either way).")
 @click.option("--allow-restricted-licenses", is_flag=True,
@@ -35,10 +44,12 @@ from curate.interventions.plan import VARIANTS
               help="Threads making images (default: up to 4, one per core); the output does not depend on it.")
 @click.option("--run-name", default=None,
               help="The record's folder under OUT/runs/ (default: intervene; a re-run with the same settings rewrites it).")
-@click.option("--overwrite", is_flag=True, hidden=True)
+@click.option("--overwrite", is_flag=True,
+              help="Accepted as in every verb; changes nothing here: the same intervention rewrites the same record, "
+                   "another one into OUT is refused.")
 def intervene_cmd(directory: Path, out_dir: Path, split_run: str | None, variants: str, seed: int, swaps: int,
                   adversarial_backgrounds: int, hole_margin: float, sigma: float, per_cell: int | None,
-                  allow_model_masks: bool, allow_restricted_licenses: bool, workers: int | None,
+                  fill: str, donor_match: str, max_uncovered: float | None, allow_model_masks: bool, allow_restricted_licenses: bool, workers: int | None,
                   run_name: str | None, overwrite: bool) -> None:
     """Keep each masked photo's object, change its background: write the variants as a new folder.
 
@@ -50,7 +61,8 @@ def intervene_cmd(directory: Path, out_dir: Path, split_run: str | None, variant
 
     settings = InterveneSettings(variants=variants, split=split_run, seed=seed, swaps=swaps,
                                  adversarial_backgrounds=adversarial_backgrounds, hole_margin=hole_margin, sigma=sigma,
-                                 per_cell=per_cell, allow_model_masks=allow_model_masks,
+                                 per_cell=per_cell, fill=fill, match=donor_match, max_uncovered=max_uncovered,
+                                 allow_model_masks=allow_model_masks,
                                  allow_restricted_licenses=allow_restricted_licenses, workers=workers)
     with progress() as bar:
         record = intervene(directory, out_dir, settings, run_name=run_name, overwrite=overwrite,
@@ -66,8 +78,8 @@ def intervene_cmd(directory: Path, out_dir: Path, split_run: str | None, variant
             out().print(f"{label}: " + ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in c[key].items()),
                         highlight=False)
     out().print(f"record: {shown(record.run_dir)}", highlight=False)
-    out().print(f"next: `curate evaluate {shown(out_dir)} --model NAME` for each model, then "
-                f"`curate attribution {shown(out_dir)}`",
+    out().print(f"next: `{suggest('curate evaluate {out} --model NAME', out=shown(out_dir))}` for each model, then "
+                f"`{suggest('curate attribution {out}', out=shown(out_dir))}`",
                 highlight=False)
 
 
@@ -78,11 +90,13 @@ def intervene_cmd(directory: Path, out_dir: Path, split_run: str | None, variant
 @click.option("--bootstrap", "n_boot", type=int, default=1000, show_default=True, help="Paired bootstrap replicates.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap seed.")
 @click.option("--control-threshold", type=float, default=0.05, show_default=True,
-              help="Flag a class whose paste control loses more than this (a fraction: 0.05 = 5 points).")
+              help="Flag a class whose paste control loses, or whose ghost control moves B by, more than this (a "
+                   "fraction: 0.05 = 5 points).")
 @click.option("--classes", "show_classes", is_flag=True, help="Also print the per-class table of each model.")
 @click.option("--run-name", default=None,
               help="Run folder name under DIR/runs/ (default: attribution-<intervention>-<UTC time>).")
-@click.option("--overwrite", is_flag=True, help="Replace an existing run of that name (refused otherwise).")
+@click.option("--overwrite", is_flag=True, help="Replace a finished run of that name (refused otherwise; an "
+              "unfinished one, without config.json, is replaced anyway).")
 def attribution_cmd(directory: Path, runs: str | None, intervention: str | None, n_boot: int, seed: int,
                     control_threshold: float, show_classes: bool, run_name: str | None, overwrite: bool) -> None:
     """Split each model's drop on an intervention folder into the background's part and the rest."""
@@ -99,8 +113,8 @@ def attribution_cmd(directory: Path, runs: str | None, intervention: str | None,
                              progress=StageProgress(bar))
     table = Table(title="does the background cause the drop? points, 95% paired bootstrap intervals",
                   title_justify="left", show_edge=False)
-    for column in ("model", "label space", "drop D", "background B", "rest D - B", "paste control", "classes",
-                   "flagged"):
+    for column in ("model", "label space", "drop D", "background B", "rest D - B", "paste control", "ghost control",
+                   "B unghosted", "classes", "flagged"):
         table.add_column(column)
     for row in record.decomposition_rows():
         table.add_row(*row)
@@ -108,7 +122,7 @@ def attribution_cmd(directory: Path, runs: str | None, intervention: str | None,
     anchors = Table(title="the anchors' numbers (accuracy %, RFS in [-1, 1], chance = one guess among the candidates)",
                     title_justify="left", show_edge=False)
     for column in ("model", "only-FG", "no-FG", "only-BG", "mixed-same", "mixed-rand", "BG-gap", "RFS", "adversarial",
-                   "chance"):
+                   "ghost", "ghost-neutral", "chance"):
         anchors.add_column(column)
     for row in record.anchor_rows():
         anchors.add_row(*row)
@@ -116,7 +130,8 @@ def attribution_cmd(directory: Path, runs: str | None, intervention: str | None,
     if show_classes:
         for model in record.models:
             per_class = Table(title=f"{model.model} per class", title_justify="left", show_edge=False)
-            for column in ("class", "easy n", "hard n", "easy", "hard", "D", "B", "rest", "paste control", "note"):
+            for column in ("class", "easy n", "hard n", "easy", "hard", "D", "B", "rest", "paste control",
+                           "ghost control", "B unghosted", "note"):
                 per_class.add_column(column)
             for row in record.class_rows(model):
                 per_class.add_row(*row)

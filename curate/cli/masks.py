@@ -8,20 +8,32 @@ import click
 
 from curate.cli import StageProgress, err, main, out, progress, shown
 from curate.cli.options import UserPath, batch_options, device_options, engine_options, run_options
+from curate.shell import suggest
 
 MODEL_HELP = ("clipseg:PATH | sam3:PATH | sam:PATH+owlv2:PATH | sam:PATH+grounding-dino:PATH | cam:<CLIP weights "
-              "file or name> (PATH: a local model folder or a repo id in the local Hugging Face cache; nothing is "
-              "downloaded)")
+              "file or name> | salient:FILE.onnx (PATH: a local model folder or a repo id in the local Hugging Face "
+              "cache; FILE: a local U2-Net / IS-Net / BiRefNet ONNX file; nothing is downloaded)")
+#: The options of salient: models, folded into the spec (curate.masks.backends.salient.with_options).
+SALIENT_OPTIONS = ("--preset", "--input-size", "--mean", "--std", "--postprocess")
 
 
 @main.command("propose-masks")
 @click.argument("directory", type=UserPath(path_type=Path, exists=True, file_okay=False))
 @click.option("--model", default=None, help=f"The mask model: {MODEL_HELP}.")
 @click.option("--prompt", default=None,
-              help="Text template with {} for the class name (default: '{}' for sam3 and sam+grounding-dino, "
-                   "'a photo of a {}.' otherwise).")
+              help="Text template with {} for the class name (default: '{}' for sam3, sam+grounding-dino and "
+                   "salient, which reads no text; 'a photo of a {}.' otherwise).")
 @click.option("--threshold", type=float, default=0.5, show_default=True,
-              help="Per-pixel probability (clipseg, cam) or instance/box score (sam3, sam+detector) a mask needs.")
+              help="Per-pixel probability (clipseg, cam, salient) or instance/box score (sam3, sam+detector) a mask "
+                   "needs.")
+@click.option("--preset", default=None, metavar="NAME",
+              help="salient: only: the input size, normalisation and output of a model family as rembg runs it: "
+                   "u2net, isnet, isnet-anime or birefnet (default: from the file's rembg name).")
+@click.option("--input-size", default=None, metavar="N|HxW", help="salient: only: the model's input size (over the preset).")
+@click.option("--mean", default=None, metavar="R,G,B", help="salient: only: per-channel mean of [0, 1] pixels.")
+@click.option("--std", default=None, metavar="R,G,B", help="salient: only: per-channel std of [0, 1] pixels.")
+@click.option("--postprocess", default=None, metavar="minmax|sigmoid-minmax|sigmoid|none",
+              help="salient: only: how the model's first output becomes a map in [0, 1].")
 @click.option("--only-missing", is_flag=True, help="Only samples with no mask at all (default: every sample in scope; "
                                                      "human and exact masks are never overwritten, only compared).")
 @click.option("--retry-rejected", is_flag=True, help="Also samples whose proposal a reviewer rejected (mask:bad).")
@@ -34,9 +46,10 @@ MODEL_HELP = ("clipseg:PATH | sam3:PATH | sam:PATH+owlv2:PATH | sam:PATH+groundi
 @batch_options(batch_size=16)
 @engine_options
 @run_options
-def propose_masks_cmd(directory: Path, model: str | None, prompt: str | None, threshold: float, only_missing: bool,
-                      retry_rejected: bool, limit: int | None, measure: bool, run: str | None, as_json: bool,
-                      device: str, precision: str, batch_size: int, workers: int | None, engine: str,
+def propose_masks_cmd(directory: Path, model: str | None, prompt: str | None, threshold: float, preset: str | None,
+                      input_size: str | None, mean: str | None, std: str | None, postprocess: str | None,
+                      only_missing: bool, retry_rejected: bool, limit: int | None, measure: bool, run: str | None,
+                      as_json: bool, device: str, precision: str, batch_size: int, workers: int | None, engine: str,
                       ray_address: str | None, gpus_per_worker: float, run_name: str | None,
                       overwrite: bool) -> None:
     """Propose an object mask per photo (models propose, people verify in `curate review`).
@@ -72,6 +85,14 @@ def propose_masks_cmd(directory: Path, model: str | None, prompt: str | None, th
     if model.partition(":")[0] != "cam":
         prefix, _, rest = model.partition(":")
         model = f"{prefix}:{_expand(rest)}"
+    salient = {"preset": preset, "input_size": input_size, "mean": mean, "std": std, "postprocess": postprocess}
+    if any(v is not None for v in salient.values()):
+        if model.partition(":")[0] != "salient":
+            raise click.UsageError(f"{', '.join(SALIENT_OPTIONS)} are options of salient: models (--model "
+                                   "salient:FILE.onnx)")
+        from curate.masks.backends.salient import with_options
+
+        model = with_options(model, **salient)
     settings = ProposeMasksSettings(prompt=prompt, threshold=threshold, only_missing=only_missing,
                                     retry_rejected=retry_rejected, limit=limit, device=device, precision=precision,
                                     batch_size=batch_size, workers=workers, engine=engine, ray_address=ray_address,
@@ -91,10 +112,11 @@ def propose_masks_cmd(directory: Path, model: str | None, prompt: str | None, th
                     highlight=False)
     out().print(f"run: {shown(record.run_dir)}", highlight=False)
     if c.get("applied"):
-        out().print(f"people verify them: `curate review fiftyone {directory} --launch` (view 'masks to verify') or "
-                    f"`curate review labelstudio {directory} --url ...`; then `curate review pull {directory}`",
-                    highlight=False)
-    out().print(f"how good they are: `curate propose-masks {directory} --measure --run {record.name}`", highlight=False)
+        out().print(f"people verify them: `{suggest('curate review fiftyone {dir} --launch', dir=directory)}` "
+                    f"(view 'masks to verify') or `{suggest('curate review labelstudio {dir} --url ...', dir=directory)}`; "
+                    f"then `{suggest('curate review pull {dir}', dir=directory)}`", highlight=False)
+    measure = suggest("curate propose-masks {dir} --measure --run {run}", dir=directory, run=record.name)
+    out().print(f"how good they are: `{measure}`", highlight=False)
     if c.get("failed"):
         err().print(f"[yellow]{c['failed']} image(s) failed[/]; reasons in {shown(record.run_dir / 'proposals.parquet')}")
 

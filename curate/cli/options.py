@@ -1,10 +1,11 @@
 """Options every verb shares, declared once so they cannot drift.
 
-- :func:`model_options`: ``--model`` / ``--pretrained`` (``none`` = random weights everywhere);
+- :func:`model_options`: ``--model`` / ``--pretrained`` (``none`` = random weights everywhere); each verb's
+  help lists only the kinds of model it can use (``accepts``, :data:`MODEL_SPECS`);
 - :func:`device_options`: ``--device`` (default ``auto`` in every verb) and ``--precision``
   (one choice list, :data:`curate.models.PRECISIONS`);
-- :func:`run_options`: ``--run-name`` and ``--overwrite`` (an existing run is refused unless
-  ``--overwrite``, in every verb);
+- :func:`run_options`: ``--run-name`` and ``--overwrite`` (a finished run is refused unless
+  ``--overwrite``, in every verb, before any work; docs/design.md#run-folders);
 - :func:`batch_options`: ``--batch-size`` and ``--workers``;
 - :func:`lvlm_options`: ``--question``, ``--answer-template`` and ``--token-env`` (LVLMs);
 - :func:`engine_options`: ``--engine local|ray``, ``--ray-address`` and ``--gpus-per-worker``
@@ -28,12 +29,34 @@ import click
 if TYPE_CHECKING:
     from curate.models.spec import ModelSpec
 
-__all__ = ["UserPath", "expand_home", "model_options", "device_options", "run_options", "batch_options", "lvlm_options", "engine_options",
+__all__ = ["UserPath", "expand_home", "model_options", "model_help", "MODEL_SPECS", "ALL_MODELS", "CLIP_ONLY",
+           "IMAGE_MODELS", "device_options", "run_options", "batch_options", "lvlm_options", "engine_options",
            "mask_trust_option", "model_specs", "one_model_spec"]
 
-MODEL_HELP = ("open_clip arch, a paper name from the zoo (CLIP-LAION400M-ViT-B/32), timm:<name>, 'auto' "
-              "(architecture read from a curate weights file), lvlm:PATH_OR_REPO (a transformers LLaVA-family model) "
-              "or endpoint:http://HOST:PORT/v1#NAME (an OpenAI-compatible server with prompt log-probs)")
+#: What ``--model`` takes, per kind of model spec; a verb's help lists only the kinds it accepts.
+MODEL_SPECS: dict[str, str] = {
+    "clip": "open_clip arch, a paper name from the zoo (CLIP-LAION400M-ViT-B/32), 'auto' (architecture read from a "
+            "curate weights file)",
+    "timm": "timm:<name> (an ImageNet classifier)",
+    "lvlm": "lvlm:PATH_OR_REPO (a transformers LLaVA-family model)",
+    "endpoint": "endpoint:http://HOST:PORT/v1#NAME (an OpenAI-compatible server with prompt log-probs)",
+}
+ALL_MODELS = tuple(MODEL_SPECS)
+CLIP_ONLY = ("clip",)
+IMAGE_MODELS = ("clip", "timm")
+
+
+def model_help(accepts: Sequence[str] = ALL_MODELS) -> str:
+    """``--model``'s help for a verb that accepts the spec kinds ``accepts`` (keys of :data:`MODEL_SPECS`)."""
+    unknown = [k for k in accepts if k not in MODEL_SPECS]
+    if unknown or not accepts:
+        raise ValueError(f"model kinds must be among {', '.join(MODEL_SPECS)}, got {list(accepts)}")
+    parts = [MODEL_SPECS[k] for k in accepts]
+    text = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " or " + parts[-1]
+    return ("A CLIP: " + text) if tuple(accepts) == CLIP_ONLY else text
+
+
+MODEL_HELP = model_help()
 
 
 class UserPath(click.Path):
@@ -63,16 +86,19 @@ def _apply(func: Callable, decorators: Sequence[Callable]) -> Callable:
 
 
 def model_options(*, multiple: bool = False, required: bool = True, default: str | None = None,
-                  name: str = "--model", dest: str = "models") -> Callable:
-    """``--model`` (repeatable when ``multiple``) and ``--pretrained`` (one per model, same order)."""
+                  name: str = "--model", dest: str = "models", accepts: Sequence[str] = ALL_MODELS) -> Callable:
+    """``--model`` (repeatable when ``multiple``) and ``--pretrained`` (one per model, same order);
+    ``accepts``: the kinds of model spec the verb can use (:data:`MODEL_SPECS`), the only ones its help lists."""
+    random_for = "an open_clip architecture or timm name" if "timm" in accepts else "an open_clip architecture"
+
     def decorate(func: Callable) -> Callable:
         return _apply(func, [
             click.option(name, dest if multiple else dest.rstrip("s"), multiple=multiple,
                          required=required and default is None, default=default,
-                         help=MODEL_HELP + (". Repeat for several models." if multiple else ".")),
+                         help=model_help(accepts) + (". Repeat for several models." if multiple else ".")),
             click.option("--pretrained", "pretrained", multiple=multiple, callback=expand_home,
                          help="Tag or weights file" + (" per model, in the same order" if multiple else "")
-                              + " ('none' = random weights for an open_clip architecture or timm name; a zoo "
+                              + f" ('none' = random weights for {random_for}; a zoo "
                                 "name always loads its own checkpoint, so omit it there)."),
         ])
     return decorate
@@ -112,7 +138,8 @@ def run_options(func: Callable) -> Callable:
     """``--run-name`` and ``--overwrite``."""
     return _apply(func, [
         click.option("--run-name", default=None, help="Run folder name under DIR/runs/ (default: <kind>-<model>-<time>)."),
-        click.option("--overwrite", is_flag=True, help="Replace an existing run of that name (refused otherwise)."),
+        click.option("--overwrite", is_flag=True, help="Replace a finished run of that name (refused otherwise; "
+                     "an unfinished one, without config.json, is replaced anyway)."),
     ])
 
 

@@ -8,6 +8,7 @@ from rich.table import Table
 
 from curate.cli import err, main, out, progress, shown
 from curate.cli.options import UserPath
+from curate.shell import suggest
 
 
 def _licence_line(licence) -> str:
@@ -72,7 +73,8 @@ def publish_cmd(directory: Path, repo_id: str | None, private: bool, revision: s
                                       max_shard_bytes=max_shard_bytes, force=force,
                                       progress=lambda d, t: bar.update(task, completed=d, total=t))
         _print_folder(folder)
-        out().print(f"wrote {shown(folder.path)} (not uploaded; `curate publish {directory} --repo OWNER/NAME` uploads)")
+        upload = suggest("curate publish {dir} --repo OWNER/NAME", dir=directory)
+        out().print(f"wrote {shown(folder.path)} (not uploaded; `{upload}` uploads)")
         return
     if repo_id is None:
         raise click.BadParameter("give the repo to publish to (--repo OWNER/NAME), or --out FOLDER to only write "

@@ -22,6 +22,7 @@ from rich.table import Table
 
 from curate.cli import err, main, out, progress, shown
 from curate.cli.options import UserPath
+from curate.shell import suggest
 
 log = logging.getLogger(__name__)
 
@@ -84,8 +85,8 @@ def review_fiftyone(directory: Path, name: str | None, launch: bool, port: int, 
         out().print(f"{result.proposals} model mask proposal(s) to verify: view 'masks to verify' (lowest score first)")
     out().print(f"push snapshot: {result.snapshot}")
     if not launch:
-        out().print(f"next: review in the App (curate review fiftyone {directory} --launch), then "
-                    f"curate review pull {directory}")
+        out().print(f"next: review in the App ({suggest('curate review fiftyone {dir} --launch', dir=directory)}), "
+                    f"then {suggest('curate review pull {dir}', dir=directory)}")
         return
     session = launch_app(result.name, port=port, address=address)
     url = app_url(address, port, result.name)
@@ -189,8 +190,8 @@ def review_labelstudio(words: tuple[str, ...], url: str, token_env: str, project
     if result.proposals:
         out().print(f"{result.proposals} task(s) carry a model mask proposal (pre-painted brush; sort by the "
                     "prediction score, lowest first)")
-    out().print(f"open {result.url}/projects/{result.project_id}/data ; then: curate review labelstudio pull "
-                f"{directory} --url {result.url}", highlight=False)
+    pull = suggest("curate review labelstudio pull {dir} --url {url}", dir=directory, url=result.url)
+    out().print(f"open {result.url}/projects/{result.project_id}/data ; then: {pull}", highlight=False)
 
 
 # ------------------------------------------------------------------------------------ helpers
@@ -288,8 +289,9 @@ def review_serve_labelstudio(port: int, data_dir: Path, document_root: Path | No
                                document_root=document_root)
     out().print(f"Label Studio: {server.url}  (log: {server.logpath})", highlight=False)
     if document_root:
-        out().print(f"push with: curate review labelstudio DIR --url {server.url} --token-env {token_env} "
-                    f"--document-root {document_root}", highlight=False)
+        push = suggest("curate review labelstudio DIR --url {url} --token-env {env} --document-root {root}",
+                       url=server.url, env=token_env, root=document_root)
+        out().print(f"push with: {push}", highlight=False)
     try:
         server.process.wait()
     except KeyboardInterrupt:

@@ -6,17 +6,9 @@ from pathlib import Path
 import click
 from rich.table import Table
 
-from curate.cli import err, main, out, progress, shown
+from curate.cli import StageProgress, err, main, out, progress, shown
 from curate.cli.options import UserPath, batch_options, device_options, engine_options, expand_home, run_options
 from curate.formatting import num, pct, pct_ci
-
-
-def _bar(bar, task):
-    """The stage progress protocol ``(done, total, message)`` on a rich progress bar task."""
-    def update(done: int, total: int | None, message: str = "") -> None:
-        bar.update(task, completed=done, total=total, **({"description": message} if message else {}))
-
-    return update
 
 
 @main.command("label-backgrounds")
@@ -46,7 +38,7 @@ def label_backgrounds_cmd(directory: Path, model: str, pretrained: str | None, p
                                         ray_address=ray_address, gpus_per_worker=gpus_per_worker)
     with progress() as bar:
         report = label_backgrounds(directory, ModelSpec(model, parse_pretrained(pretrained)), settings,
-                                   progress=_bar(bar, bar.add_task("encoding images", total=None)))
+                                   progress=StageProgress(bar))
     if measure:
         out().print(f"agreement with the existing labels: {pct(report.agreement)}% on {report.n_measured} samples "
                     f"(chance: uniform {pct(report.chance_uniform)}%, majority {pct(report.chance_majority)}%)")
@@ -126,7 +118,7 @@ def split_cmd(directory: Path, references: tuple[str, ...], pretrained: tuple[st
         precision=precision, batch_size=batch_size)
     with progress() as bar:
         run = split(directory, specs or None, settings, run_name=run_name, overwrite=overwrite,
-                    progress=_bar(bar, bar.add_task("reference model", total=None)))
+                    progress=StageProgress(bar))
     table = Table(title=f"{len(run.kept)} classes kept (accuracy %, drops in points)", title_justify="left")
     numeric = ("easy", "hard", "drop [95% CI]", "cross-fitted", "p", "n easy/hard")
     for column in ("class", "easy bkg", "easy", "hard bkg", "hard", "drop [95% CI]", "cross-fitted", "p", "n easy/hard"):

@@ -30,7 +30,9 @@ The procedure (one class; :func:`discover_class`):
    ``acc(rest)`` over the class's other photos (members of other groups and photos of unstable
    groups alike), ``gap = acc(rest) - acc(g)`` in points (positive: the model does worse on g).
    Intervals: percentile bootstrap (``n_boot`` resamples of the class's photos, stratified by
-   group membership).
+   group membership), only for a group of at least ``min_boot`` photos (10) with at least as
+   many outside it: resampling fewer photos cannot show their uncertainty (one photo gives a
+   zero-width interval however its p-value reads); smaller groups get NaN intervals.
 6. **Permutation null.** Under "this background has nothing to do with correctness", the
    held-out ``y`` are exchangeable within each half given the assignments (the assignments of
    half h were made from the other half's fit and the photos' embeddings only). So ``y`` is
@@ -55,13 +57,17 @@ from dataclasses import dataclass, field
 import numpy as np
 
 __all__ = ["GroupSettings", "FoundGroup", "ClassDiscovery", "discover_class", "benjamini_hochberg",
-           "adjusted_rand_index", "class_seed"]
+           "adjusted_rand_index", "class_seed", "REASONS", "MIN_BOOT"]
+
+#: The fewest photos a group (and the rest of its class) needs for bootstrap intervals.
+MIN_BOOT = 10
 
 #: Why a class proposes no group.
 REASONS = {
     "too_few_photos": "fewer photos than two halves of min_half each",
     "no_structure": "no number of groups reached the minimum silhouette on both halves",
     "no_stable_group": "the groups of the two halves did not match (none found on both halves)",
+    "no_trusted_mask": "removal needs a trusted object mask and too few photos have one",
 }
 
 
@@ -77,6 +83,7 @@ class GroupSettings:
     error_weight: float = 0.0  # > 0: error-aware grouping (the extra coordinate of step 2)
     n_perm: int = 2000
     n_boot: int = 1000
+    min_boot: int = MIN_BOOT  # fewer photos in a group (or outside it): no bootstrap interval (NaN)
     fdr: float = 0.1
     seed: int = 0
 
@@ -89,8 +96,8 @@ class GroupSettings:
             raise ValueError(f"min_overlap must be in (0, 1], got {self.min_overlap}")
         if not 0.0 < self.fdr < 1.0:
             raise ValueError(f"fdr must be in (0, 1), got {self.fdr}")
-        if self.n_perm < 1 or self.n_boot < 1:
-            raise ValueError("n_perm and n_boot must be >= 1")
+        if self.n_perm < 1 or self.n_boot < 1 or self.min_boot < 1:
+            raise ValueError("n_perm, n_boot and min_boot must be >= 1")
         if self.error_weight < 0:
             raise ValueError(f"error_weight must be >= 0, got {self.error_weight}")
 
@@ -272,6 +279,8 @@ def discover_class(x: np.ndarray, y: np.ndarray, settings: GroupSettings, key: s
         a_in = y[inside][rng.integers(0, len(inside), (settings.n_boot, len(inside)))].mean(axis=1)
         a_out = y[outside][rng.integers(0, len(outside), (settings.n_boot, len(outside)))].mean(axis=1)
         boot_acc[:, g], boot_gap[:, g] = a_in, 100.0 * (a_out - a_in)
+        if min(len(inside), len(outside)) < settings.min_boot:  # too few to resample (step 5); drawn all the
+            boot_gap[:, g] = boot_acc[:, g] = np.nan  # same, so the other groups' intervals do not move
     z_all = _normalise(x)
     groups = []
     for g, (_, _, jaccard) in enumerate(pairs):
@@ -281,8 +290,9 @@ def discover_class(x: np.ndarray, y: np.ndarray, settings: GroupSettings, key: s
         outside = np.flatnonzero(~member[g])
         acc = float(y[inside].mean())
         rest = float(y[outside].mean()) if len(outside) else float("nan")
-        lo, hi = np.nanpercentile(boot_acc[:, g], [2.5, 97.5]) if len(outside) else (np.nan, np.nan)
-        glo, ghi = np.nanpercentile(boot_gap[:, g], [2.5, 97.5]) if len(outside) else (np.nan, np.nan)
+        sampled = bool(np.isfinite(boot_acc[:, g]).all())
+        lo, hi = np.percentile(boot_acc[:, g], [2.5, 97.5]) if sampled else (np.nan, np.nan)
+        glo, ghi = np.percentile(boot_gap[:, g], [2.5, 97.5]) if sampled else (np.nan, np.nan)
         groups.append(FoundGroup(index=g, members=inside.tolist(), accuracy=acc, accuracy_low=float(lo),
                                  accuracy_high=float(hi), rest_accuracy=rest, gap=float(observed[g]),
                                  gap_low=float(glo), gap_high=float(ghi), p_value=float(p_values[g]),

@@ -4,7 +4,9 @@ A group that ``curate discover`` finds within a class is a set of photos whose b
 alike; nobody listed that background, so the group gets a name from a bank of short phrases
 ("a bird feeder", "a zoo enclosure", "a camera flash at night"). Each phrase is filled into
 :data:`TEMPLATE` and embedded by the CLIP text tower; :func:`name_groups` ranks the phrases by
-how well they point from the class's mean background towards the group's.
+how well they point from the class's mean background towards the group's. :func:`group_name`
+says whether the top phrase names the group (its score reaches :data:`MIN_NAME_SCORE`) or is only
+the closest phrase of the bank (the group is *unnamed*), with its margin over the next phrase.
 
 The bank ships as ``datasets/phrases.txt`` (:data:`DEFAULT_PHRASES`; its header states its
 sources and licence); a user passes their own with ``--phrases FILE``. Format: UTF-8 text, one
@@ -28,7 +30,8 @@ import numpy as np
 from curate.paths import data_dir, data_file
 
 __all__ = ["PHRASES_FILE", "DEFAULT_PHRASES", "TEMPLATE", "MAX_FILE_BYTES", "MAX_PHRASE_CHARS", "MIN_PHRASES",
-           "PhraseBankError", "PhraseBank", "normalise_phrase", "default_phrases_path", "name_groups"]
+           "PhraseBankError", "PhraseBank", "normalise_phrase", "default_phrases_path", "name_groups",
+           "MIN_NAME_SCORE", "GroupName", "group_name"]
 
 PHRASES_FILE = "phrases.txt"
 """The shipped bank's name in curate's ``datasets/`` folder (:func:`curate.paths.data_dir`)."""
@@ -42,6 +45,16 @@ MIN_PHRASES = 2
 """Fewer phrases than this cannot rank anything."""
 BUILT_IN = "built-in"
 """``PhraseBank.source`` of the shipped bank."""
+MIN_NAME_SCORE = 0.03
+"""The lowest score (:func:`name_groups`) at which a group's top phrase names it (docs/design.md#discover).
+
+The score is a difference of two cosines: how much closer the phrase's text embedding lies to the
+group's mean background than to the class's. A CLIP scores a text against an image by 100 x their
+cosine (its logit scale), so a score of 0.03 raises the phrase's zero-shot logit by 3 from the
+class's typical background to the group's: e^3, about 20 times the odds against a phrase the
+group does not move. Below it (0.012 is 1.2 logits, 3.3 times) the phrase is only the closest of
+the bank, not a description: the group is *unnamed* and a person must name it. A setting
+(``DiscoverSettings.min_name_score``, recorded with the run)."""
 
 DEFAULT_PHRASES: Path
 """The shipped bank, ``datasets/phrases.txt`` (resolved on access, like :func:`curate.paths.data_file`,
@@ -242,3 +255,44 @@ def name_groups(centroids: np.ndarray, reference: np.ndarray, phrase_embeddings:
         order = np.argsort(-row, kind="stable")[:keep]
         names.append([(str(phrases[i]), float(row[i])) for i in order])
     return names
+
+
+@dataclass(frozen=True)
+class GroupName:
+    """How well a group's top phrase names it.
+
+    Attributes:
+        phrase: the top phrase (the closest, named or not).
+        score: its score (:func:`name_groups`).
+        margin: its score minus the next phrase's (None when only one phrase was kept).
+        min_score: the threshold it was held to.
+    """
+
+    phrase: str
+    score: float
+    margin: float | None
+    min_score: float
+
+    @property
+    def named(self) -> bool:
+        """The top phrase scores at least :attr:`min_score`: it names the group."""
+        return bool(np.isfinite(self.score)) and self.score >= self.min_score
+
+    def text(self) -> str:
+        """``a road (0.081, +0.020)`` (score, margin over the next phrase), or, below the threshold,
+        ``unnamed: closest 'a petri dish', 0.012``."""
+        if not self.named:
+            return f"unnamed: closest {self.phrase!r}, {self.score:.3f}"
+        margin = "" if self.margin is None else f", {self.margin:+.3f}"
+        return f"{self.phrase} ({self.score:.3f}{margin})"
+
+
+def group_name(names: Sequence[tuple[str, float]], min_score: float = MIN_NAME_SCORE) -> GroupName | None:
+    """The top phrase of ``names`` (``(phrase, score)`` pairs, best first, as :func:`name_groups`
+    returns them) with its score, its margin over the next phrase and whether it reaches
+    ``min_score`` (:data:`MIN_NAME_SCORE`); None when there are no names."""
+    if not names:
+        return None
+    phrase, score = names[0]
+    margin = float(score) - float(names[1][1]) if len(names) > 1 else None
+    return GroupName(str(phrase), float(score), margin, float(min_score))

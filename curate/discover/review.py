@@ -47,9 +47,12 @@ answered ``not this background`` are taken out. Which project holds which group 
 comes from the environment variable named by ``token_env`` and is handed to the SDK only).
 
 **Both pulls** are idempotent: a group whose decision (accepted under the same name, or
-rejected) is already in the run's ``decisions.json`` is skipped. A changed decision of a
-rejected group is applied; an accepted group's labels are never undone by a pull (a later
-reject or rename is refused with a message: relabel by hand, the labels are in changes.jsonl).
+rejected) is already in the run's ``decisions.json`` is skipped. An acceptance without a new name
+of a group whose top phrase does not name it (:func:`curate.discover.decide.group_label`) is
+refused with a message: name it (``discover:name=<text>`` or a new name in Label Studio). A
+changed decision of a rejected group is applied; an accepted group's labels are never undone by a pull (a later
+reject or rename is refused with a message: ``curate reject-group`` / ``accept-group --force`` undoes
+an acceptance, :func:`curate.discover.decide.undo_acceptance`).
 The recorded decision also says where it came from (``via``) and which photos reviewers took out.
 """
 from __future__ import annotations
@@ -63,7 +66,8 @@ from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import quoteattr
 
-from curate.discover.decide import Decision, accept_group, background_name, reject_group
+from curate.discover.decide import Decision, accept_group, background_name, group_label, reject_group
+from curate.formatting import is_finite
 from curate.review.sync import ReviewError, now_iso
 from curate.review.vocabulary import DISCOVER_PREFIX
 from curate.runs.discovery import DiscoveredGroup, DiscoveryRun
@@ -155,10 +159,6 @@ def _login() -> str:
         return "unknown"
 
 
-def _label(group: DiscoveredGroup, name: str | None) -> str:
-    return background_name(name if name else group.top_name)
-
-
 def apply_verdicts(ds: Dataset, run: DiscoveryRun, verdicts: Sequence[GroupVerdict], *, via: str) -> GroupPull:
     """Apply reviewers' verdicts through :func:`accept_group` / :func:`reject_group` (module docstring).
 
@@ -175,7 +175,7 @@ def apply_verdicts(ds: Dataset, run: DiscoveryRun, verdicts: Sequence[GroupVerdi
             continue
         group = run.group(gid)
         try:
-            label = _label(group, verdict.name) if verdict.decision == "accepted" else None
+            label = group_label(run, group, verdict.name) if verdict.decision == "accepted" else None
         except ValueError as exc:
             result.problems.append(f"{gid}: {exc}; not applied")
             continue
@@ -194,8 +194,8 @@ def apply_verdicts(ds: Dataset, run: DiscoveryRun, verdicts: Sequence[GroupVerdi
                 now = f"accepted as {label!r}" if label else "rejected"
                 result.problems.append(
                     f"{gid}: accepted as {previous.get('background')!r} by {previous.get('actor')} at {previous.get('at')}, "
-                    f"now {now} by {verdict.actor}; a pull does not undo an acceptance (its labels are in changes.jsonl): "
-                    "relabel those photos by hand; not applied")
+                    f"now {now} by {verdict.actor}; a pull does not undo an acceptance: reject-group or accept-group "
+                    "with --force does (its photos get their earlier label back); not applied")
                 continue
         if verdict.decision == "accepted":
             decision = accept_group(ds, run, gid, name=label, actor=verdict.actor, exclude=verdict.exclude)
@@ -228,11 +228,14 @@ def _check_run(run: DiscoveryRun) -> None:
 
 
 def group_summary(group: DiscoveredGroup) -> str:
-    """One line for a reviewer: class, names, held-out accuracy against the rest, gap with q-value."""
+    """One line for a reviewer: class, names, held-out accuracy against the rest, gap with q-value
+    (intervals only where the group was large enough to bootstrap, :data:`curate.discover.groups.MIN_BOOT`)."""
     names = ", ".join(p for p, _ in group.names[:SHOWN_NAMES]) or "(no names)"
-    return (f"{group.class_name}: {names}. Held-out accuracy {group.accuracy:.0%} "
-            f"[{group.accuracy_low:.0%}, {group.accuracy_high:.0%}] vs {group.rest_accuracy:.0%} for the rest of the "
-            f"class; gap {group.gap:+.1f} points [{group.gap_low:+.1f}, {group.gap_high:+.1f}], q = {group.q_value:.3g} "
+    sampled = all(is_finite(v) for v in (group.accuracy_low, group.accuracy_high, group.gap_low, group.gap_high))
+    acc_ci = f" [{group.accuracy_low:.0%}, {group.accuracy_high:.0%}]" if sampled else ""
+    gap_ci = f" [{group.gap_low:+.1f}, {group.gap_high:+.1f}]" if sampled else " (too few photos for an interval)"
+    return (f"{group.class_name}: {names}. Held-out accuracy {group.accuracy:.0%}{acc_ci} vs {group.rest_accuracy:.0%} "
+            f"for the rest of the class; gap {group.gap:+.1f} points{gap_ci}, q = {group.q_value:.3g} "
             f"({group.size} photos).")
 
 

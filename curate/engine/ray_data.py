@@ -27,9 +27,18 @@ the run stalls). Instead, when the run fails with a node or actor loss (``ActorD
 the actors again for the nodes still alive and runs a new pipeline over the batches not yet
 returned, up to ``retries`` times: batches already returned are never encoded again; those in
 flight on the lost node are encoded once more, their first results never having arrived.
-When no retry is left, :class:`RayNodeLostError` names the lost nodes and what to do; what the
-caller has already received is kept (the feature cache's shards), so the next run encodes only
-the rest.
+The retry fits what the nodes left can give (:func:`plan_actors`): each actor keeps the CPU
+share the first plan gave it, so a smaller cluster runs fewer actors (two 1-CPU nodes, 2
+workers, one node lost: 1 actor of 0.5 CPU, not 2 of 0.25), counted against the CPUs free
+once the failed pipeline's actors are gone (waiting ``release_wait_s`` at most); every model
+actor enrols in a registry with its pipeline's number, and one of a failed pipeline that
+enrols late (it was still starting when the pipeline failed) is killed there, so it cannot
+keep a CPU the retry's decode tasks need. When not even one actor fits, or a pipeline's actors
+do not start within ``start_timeout_s``, the run stops with a one-line error that says what
+the nodes have and what to do (:class:`RayNodeLostError`, :class:`RayActorStartError`), never
+a silent wait. When no retry is left, :class:`RayNodeLostError` names the lost nodes and what
+to do; what the caller has already received is kept (the feature cache's shards), so the next
+run encodes only the rest.
 
 A :class:`curate.engine.base.BatchJob` (the explain stage's saliency maps) takes the same
 route from step 1: one manifest per batch (its items, pickled), a CPU task per batch running
@@ -55,7 +64,8 @@ from curate.engine.base import BatchJob, BatchOutput, EncodeJob, batches_of
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["DECODE_CPUS", "RayEngine", "RayNodeLostError", "actor_cpus", "is_node_or_actor_loss", "samples_files"]
+__all__ = ["DECODE_CPUS", "RayActorStartError", "RayEngine", "RayNodeLostError", "actor_cpus", "is_node_or_actor_loss",
+           "plan_actors", "samples_files"]
 
 #: CPUs each decode task asks for; :func:`actor_cpus` leaves this much free on every node that holds an actor
 DECODE_CPUS = 0.5
@@ -63,15 +73,21 @@ DECODE_CPUS = 0.5
 MIN_NODE_CPUS = 2 * DECODE_CPUS
 #: seconds to wait, after a loss, for Ray's control store to mark the node dead
 NODE_DEATH_WAIT_S = 30.0
-#: seconds a retry waits for the CPUs of the last pipeline's actors and tasks to be released
+#: default ``release_wait_s``: seconds a retry waits for the CPUs of the failed pipeline's actors
+#: and tasks to be released before it plans for what is free
 RELEASE_WAIT_S = 30.0
-#: seconds the actor pool waits for all its actors (model loaded) before the first batch; then
-#: a clear error (the cluster cannot place them) instead of a run that waits forever
+#: default ``start_timeout_s``: seconds a pipeline waits for all its actors (model loaded) before
+#: the first batch; then :class:`RayActorStartError` instead of a run that waits forever
 ACTOR_START_TIMEOUT_S = 600
 
 
 class RayNodeLostError(RuntimeError):
     """A Ray node or actor was lost and the engine could not finish the run on the nodes left."""
+
+
+class RayActorStartError(RuntimeError):
+    """A pipeline's model actors did not start within ``start_timeout_s`` (the cluster cannot
+    place them, or loading the model takes longer)."""
 
 
 def samples_files(dataset: Any) -> list[Path]:
@@ -108,6 +124,33 @@ def actor_cpus(node_cpus: Sequence[float], workers: int, decode_cpus: float = DE
         return max(0.01, (max(cpus) - decode_cpus) / workers)
     per_node = math.ceil(workers / len(eligible))
     return max(0.01, min((c - decode_cpus) / per_node for c in eligible))
+
+
+def plan_actors(node_cpus: Sequence[float], workers: int, *, cpus: float | None = None, free_cpus: float | None = None,
+                decode_cpus: float = DECODE_CPUS) -> tuple[int, float]:
+    """``(actors, CPUs per actor)`` on nodes of ``node_cpus`` CPUs for ``workers`` asked for.
+
+    The first plan (``free_cpus`` None): every worker, of ``cpus`` each (GPUs or
+    ``cpus_per_worker`` given), else of :func:`actor_cpus`. A retry after a loss (``free_cpus``:
+    the CPUs free now; ``cpus``: the first plan's share, which each actor keeps): the most
+    actors ``n``, at most ``workers``, such that the nodes have room for them
+    (``actor_cpus(node_cpus, n) >= cpus``: ``ceil(n / eligible nodes)`` actors and a decode task
+    on each) and they fit in what is free,
+
+        ``n * cpus + decode_cpus * min(n, eligible nodes) <= free_cpus``;
+
+    ``(0, 0.0)`` when not even one fits. One 1-CPU node left of two, 2 workers of 0.5 CPU: 1 of
+    0.5 (2 of 0.25 would load the model twice on the smallest node); 0.5 CPU free there: none.
+    """
+    if free_cpus is None:
+        return workers, cpus if cpus is not None else actor_cpus(node_cpus, workers, decode_cpus)
+    eligible = sum(1 for c in node_cpus if c >= 2 * decode_cpus) or 1
+    for n in range(workers, 0, -1):
+        share = cpus if cpus is not None else actor_cpus(node_cpus, n, decode_cpus)
+        room = cpus is None or actor_cpus(node_cpus, n, decode_cpus) >= cpus - 1e-9
+        if room and n * share + decode_cpus * min(n, eligible) <= free_cpus + 1e-9:
+            return n, share
+    return 0, 0.0
 
 
 _LOSS_ERRORS = ("ActorDiedError", "ActorUnavailableError", "NodeDiedError", "ObjectLostError", "OwnerDiedError",
@@ -157,13 +200,12 @@ def _points_at_node(error: BaseException) -> bool:
                                    "nodedied", "raylet"))
 
 
-def _wait_for_cpus(cpus: float, wait_s: float) -> None:
-    """Wait up to ``wait_s`` until the cluster has ``cpus`` CPUs free (``ray.available_resources``)."""
+def _free() -> dict[str, float]:
+    """The cluster's free ``CPU`` and ``GPU`` now (``ray.available_resources``)."""
     import ray
 
-    deadline = time.monotonic() + wait_s
-    while float(ray.available_resources().get("CPU", 0.0)) < cpus - 1e-6 and time.monotonic() < deadline:
-        time.sleep(0.25)
+    free = ray.available_resources()
+    return {"CPU": float(free.get("CPU", 0.0)), "GPU": float(free.get("GPU", 0.0))}
 
 
 def _node_names(nodes: dict[str, dict[str, Any]]) -> str:
@@ -189,19 +231,29 @@ def _quiet(build: Callable[..., Any]) -> Callable[..., Any]:
 
 
 class _Registry:
-    """A tiny actor (no CPU, on the head node) where each model actor leaves its own handle,
-    so that the driver can kill a failed pipeline's actors before the retry: Ray Data frees them
-    by dropping its handles, which a failed execution keeps until the driver exits, and their
-    CPUs would starve the retry on a small node."""
+    """A tiny actor (no CPU, on the head node) where each model actor leaves its own handle and
+    its pipeline's number, so that the driver can kill a failed pipeline's actors before the
+    retry: Ray Data frees them by dropping its handles, which a failed execution keeps until
+    the driver exits, and their CPUs would starve the retry on a small node. An actor of an
+    earlier pipeline than the current one (it was still starting when its pipeline failed, so
+    the driver could not kill it) is killed here as it enrols."""
 
     def __init__(self) -> None:
         self.actors: list[Any] = []
+        self.attempt = 0
 
-    def add(self, handles: list[Any]) -> None:
-        self.actors.extend(handles)
+    def add(self, handles: list[Any], attempt: int) -> None:
+        if attempt >= self.attempt:
+            self.actors.extend(handles)
+            return
+        import ray
 
-    def take(self) -> list[Any]:
-        actors, self.actors = self.actors, []
+        for actor in handles:
+            ray.kill(actor, no_restart=True)
+
+    def take(self, next_attempt: int) -> list[Any]:
+        """The enrolled actors (forgotten here); from now on only pipeline ``next_attempt`` enrols."""
+        actors, self.actors, self.attempt = self.actors, [], next_attempt
         return actors
 
 
@@ -216,22 +268,25 @@ def _start_registry() -> Any:
     return ray.remote(num_cpus=0, scheduling_strategy=strategy)(_Registry).remote()
 
 
-def _register(registry: Any) -> None:
-    """Leave this actor's handle in ``registry`` (None: nothing to do)."""
+def _register(registry: tuple[Any, int] | None) -> None:
+    """Leave this actor's handle in ``registry``, a (registry actor, pipeline number) pair (None:
+    nothing to do); the registry kills an actor whose pipeline has already failed."""
     if registry is not None:
         import ray
 
-        ray.get(registry.add.remote([ray.get_runtime_context().current_actor]))
+        handle, attempt = registry
+        ray.get(handle.add.remote([ray.get_runtime_context().current_actor], attempt))
 
 
-def _kill_registered(registry: Any) -> int:
-    """Kill the actors left in ``registry`` (None: none); their number."""
+def _kill_registered(registry: Any, next_attempt: int) -> int:
+    """Kill the actors left in ``registry`` (None: none), after which only pipeline
+    ``next_attempt`` may enrol; their number."""
     import ray
 
     if registry is None:
         return 0
     try:
-        actors = ray.get(registry.take.remote(), timeout=30)
+        actors = ray.get(registry.take.remote(next_attempt), timeout=30)
     except Exception as error:  # noqa: BLE001 - a retry without the kill may still run on larger nodes
         logger.warning("could not list the failed pipeline's actors: %s", error)
         return 0
@@ -314,7 +369,8 @@ def _objects(items: list[Any]) -> np.ndarray:
 class _Encode:
     """Actor: one model load, then one batch per call (its results tagged with this node's id)."""
 
-    def __init__(self, factory: Any, kind: str, threads: int, output: Any = None, registry: Any = None) -> None:
+    def __init__(self, factory: Any, kind: str, threads: int, output: Any = None,
+                 registry: tuple[Any, int] | None = None) -> None:
         import torch
 
         _register(registry)
@@ -350,7 +406,7 @@ def _decode_job(batch: dict[str, np.ndarray], *, decode: Any) -> dict[str, np.nd
 class _RunJob:
     """Actor of a :class:`BatchJob`: ``worker(device)`` once (one model load), then one batch per call."""
 
-    def __init__(self, worker: Any, device: str, threads: int, registry: Any = None) -> None:
+    def __init__(self, worker: Any, device: str, threads: int, registry: tuple[Any, int] | None = None) -> None:
         import torch
 
         _register(registry)
@@ -378,6 +434,12 @@ class RayEngine:
         num_cpus: CPUs of a local instance (default: this machine's).
         retries: new pipelines over the batches not yet returned after a lost node or actor
             (see the module docstring); then :class:`RayNodeLostError`.
+        start_timeout_s: seconds a pipeline waits for all its actors to start (model loaded)
+            before the first batch; then :class:`RayActorStartError` (default
+            :data:`ACTOR_START_TIMEOUT_S`).
+        release_wait_s: seconds a retry waits for the failed pipeline's CPUs to be freed before
+            it plans for what is free (default :data:`RELEASE_WAIT_S`); when not even one actor
+            fits then, :class:`RayNodeLostError`.
 
     After a run, :attr:`batches_by_node` counts the batches each Ray node's actors returned.
     """
@@ -386,7 +448,8 @@ class RayEngine:
 
     def __init__(self, address: str | None = None, *, workers: int = 1, gpus_per_worker: float = 0.0,
                  cpus_per_worker: float | None = None, num_cpus: int | None = None, retries: int = 2,
-                 threads: int | None = None) -> None:
+                 threads: int | None = None, start_timeout_s: float | None = None,
+                 release_wait_s: float | None = None) -> None:
         if workers < 1:
             raise ValueError(f"--workers must be >= 1 with --engine ray, got {workers}")
         if gpus_per_worker < 0:
@@ -402,6 +465,11 @@ class RayEngine:
         if threads is not None and threads < 1:
             raise ValueError(f"threads must be >= 1, got {threads}")
         self.threads = threads
+        self.start_timeout_s = ACTOR_START_TIMEOUT_S if start_timeout_s is None else start_timeout_s
+        self.release_wait_s = RELEASE_WAIT_S if release_wait_s is None else release_wait_s
+        if self.start_timeout_s <= 0 or self.release_wait_s < 0:
+            raise ValueError(f"start_timeout_s must be > 0 and release_wait_s >= 0, got {self.start_timeout_s} "
+                             f"and {self.release_wait_s}")
         self.batches_by_node: Counter[str] = Counter()
 
     def actor_threads(self) -> int:
@@ -417,12 +485,33 @@ class RayEngine:
 
         return max(1, torch.get_num_threads())
 
-    def _actor_cpus(self, nodes: dict[str, dict[str, Any]]) -> float:
-        if self.cpus_per_worker is not None:
-            return self.cpus_per_worker
-        if self.gpus_per_worker > 0:
-            return 1.0
-        return actor_cpus([n["cpus"] for n in nodes.values()], self.workers)
+    def _plan(self, nodes: dict[str, dict[str, Any]], *, cpus: float | None = None,
+              free: dict[str, float] | None = None) -> tuple[int, float]:
+        """``(actors, CPUs each)`` on ``nodes`` (:func:`plan_actors`): the first plan (CPUs fixed
+        by ``cpus_per_worker``, else 1 with GPUs, else sized per node), or with ``free`` a retry's,
+        each actor of ``cpus`` and only what fits in ``free`` (GPUs too)."""
+        if cpus is None and (self.cpus_per_worker is not None or self.gpus_per_worker > 0):
+            cpus = self.cpus_per_worker if self.cpus_per_worker is not None else 1.0
+        workers = self.workers
+        if free is not None and self.gpus_per_worker > 0:
+            workers = min(workers, int(free["GPU"] / self.gpus_per_worker + 1e-9))
+        if workers < 1:
+            return 0, 0.0
+        return plan_actors([n["cpus"] for n in nodes.values()], workers, cpus=cpus,
+                           free_cpus=None if free is None else free["CPU"])
+
+    def _replan(self, cpus: float) -> tuple[dict[str, dict[str, Any]], dict[str, float], tuple[int, float]]:
+        """After a loss: the nodes alive, what they have free and the plan of actors of ``cpus``
+        that fits it, waiting up to ``release_wait_s`` while fewer fit than the nodes could hold
+        idle (Ray frees a failed pipeline's actors and tasks asynchronously)."""
+        deadline = time.monotonic() + self.release_wait_s
+        while True:
+            nodes, free = _alive_nodes(), _free()
+            plan = self._plan(nodes, cpus=cpus, free=free)
+            idle = {"CPU": sum(n["cpus"] for n in nodes.values()), "GPU": self.workers * self.gpus_per_worker}
+            if plan[0] >= self._plan(nodes, cpus=cpus, free=idle)[0] or time.monotonic() >= deadline:
+                return nodes, free, plan
+            time.sleep(0.25)
 
     def map_batches(self, dataset: Any, sample_ids: Sequence[str], job: EncodeJob | BatchJob) -> Iterator[Any]:
         from curate.engine.session import ray_session
@@ -438,27 +527,28 @@ class RayEngine:
             context = ray.data.DataContext.get_current()
             context.enable_progress_bars = False
             context.print_on_execution_start = False
-            context.wait_for_min_actors_s = ACTOR_START_TIMEOUT_S  # every actor up first: batches spread over them
+            context.wait_for_min_actors_s = self.start_timeout_s  # every actor up first: batches spread over them
             if isinstance(job, BatchJob):
                 yield from self._run_job(job)
             else:
                 yield from self._run(dataset, sample_ids, job)
 
-    def _pool(self, cpus: float) -> dict[str, Any]:
-        """``map_batches`` arguments of the model actor pool (see the module docstring)."""
+    def _pool(self, actors: int, cpus: float) -> dict[str, Any]:
+        """``map_batches`` arguments of a pool of ``actors`` model actors (see the module docstring)."""
         import ray.data
 
         # Ray Data places actors with its default scheduling strategy, SPREAD; ``max_restarts``
         # has no named parameter in Ray 2.60, so it goes through the deprecated ``**ray_remote_args``
         # (removed in Ray 2.64; see _quiet)
-        return {"batch_size": 1, "batch_format": "numpy", "compute": ray.data.ActorPoolStrategy(size=self.workers),
+        return {"batch_size": 1, "batch_format": "numpy", "compute": ray.data.ActorPoolStrategy(size=actors),
                 "num_cpus": cpus, "num_gpus": self.gpus_per_worker or None, "max_restarts": 0}
 
     def _execute(self, manifests: list[dict[str, Any]],
-                 build: Callable[[list[dict[str, Any]], float, Any], Any]) -> Iterator[tuple[int, dict[str, Any]]]:
-        """``(batch number, result row)`` for every manifest, from ``build(manifests, actor cpus,
-        registry)`` (a Ray Dataset whose rows carry ``batch`` and ``node``), in arrival order;
-        after a lost node or actor, again over the batches not yet returned (module docstring)."""
+                 build: Callable[[list[dict[str, Any]], int, float, Any], Any]) -> Iterator[tuple[int, dict[str, Any]]]:
+        """``(batch number, result row)`` for every manifest, from ``build(manifests, actors, actor
+        cpus, registry)`` (a Ray Dataset whose rows carry ``batch`` and ``node``; ``registry`` is
+        what the model actors enrol with, :func:`_register`), in arrival order; after a lost node
+        or actor, again over the batches not yet returned (module docstring)."""
         done: set[int] = set()
         self.batches_by_node = Counter()
         registry = _start_registry() if self.retries else None
@@ -475,22 +565,30 @@ class RayEngine:
         if self.batches_by_node:
             logger.info("Ray engine: batches per node: %s", dict(self.batches_by_node))
 
-    def _attempts(self, manifests: list[dict[str, Any]], build: Callable[[list[dict[str, Any]], float, Any], Any],
+    def _attempts(self, manifests: list[dict[str, Any]], build: Callable[[list[dict[str, Any]], int, float, Any], Any],
                   done: set[int], registry: Any) -> Iterator[tuple[int, dict[str, Any]]]:
-        """The pipelines of :meth:`_execute`: the first, then one per retry."""
+        """The pipelines of :meth:`_execute`: the first, then one per retry, each planned for
+        what the nodes alive have free (:meth:`_replan`) with the first plan's CPUs per actor."""
+        first_cpus = 0.0
         for attempt in range(self.retries + 1):
             remaining = [m for m in manifests if m["batch"] not in done]
             if not remaining:
                 break
-            nodes = _alive_nodes()
-            cpus = self._actor_cpus(nodes)
-            if attempt:  # the failed pipeline's actors and tasks give their CPUs back asynchronously
-                _wait_for_cpus(self.workers * cpus + DECODE_CPUS, RELEASE_WAIT_S)
+            if attempt:
+                nodes, free, (actors, cpus) = self._replan(first_cpus)
+                if not actors:
+                    raise RayNodeLostError(self._no_room(nodes, free, first_cpus, len(done), len(manifests)))
+            else:
+                nodes = _alive_nodes()
+                actors, cpus = self._plan(nodes)
+                first_cpus = cpus
             logger.info("Ray engine: %d batch(es) on %d node(s) (%s CPUs), %d actor(s) of %.3g CPU", len(remaining),
-                        len(nodes), "+".join(f"{n['cpus']:g}" for n in nodes.values()), self.workers, cpus)
+                        len(nodes), "+".join(f"{n['cpus']:g}" for n in nodes.values()), actors, cpus)
             failure = ""
             try:
-                for rows in _quiet(build)(remaining, cpus, registry).iter_batches(batch_size=None, batch_format="numpy"):
+                enrol = None if registry is None else (registry, attempt)
+                for rows in _quiet(build)(remaining, actors, cpus, enrol).iter_batches(batch_size=None,
+                                                                                       batch_format="numpy"):
                     for i, b in enumerate(rows["batch"].tolist()):
                         if b in done:
                             continue
@@ -500,6 +598,8 @@ class RayEngine:
                         logger.debug("Ray engine: batch %d from node %s", b, node)
                         yield b, {k: v[i] for k, v in rows.items()}
             except Exception as error:
+                if type(error).__name__ == "GetTimeoutError" and "starting actors" in str(error):
+                    raise RayActorStartError(self._not_started(actors, cpus, nodes, len(done), len(manifests))) from None
                 if not is_node_or_actor_loss(error):
                     raise
                 # Ray's control store marks a killed node dead after its health checks fail (~10 s):
@@ -520,8 +620,27 @@ class RayEngine:
             if not failure:
                 break
             logger.warning("%s", failure)
-            killed = _kill_registered(registry)
+            killed = _kill_registered(registry, attempt + 1)
             logger.debug("Ray engine: killed the %d actor(s) of the failed pipeline", killed)
+
+    def _no_room(self, nodes: dict[str, dict[str, Any]], free: dict[str, float], cpus: float, done: int,
+                 total: int) -> str:
+        """Why a retry cannot start (:meth:`_replan` found no actor that fits) and what to do."""
+        gpus = f" and {self.gpus_per_worker:g} GPU ({free['GPU']:g} free)" if self.gpus_per_worker > 0 else ""
+        return (f"after losing a Ray node, the nodes left ({_node_names(nodes)}) have {free['CPU']:g} CPU free after "
+                f"waiting {self.release_wait_s:g} s: not enough for one model actor of {cpus:g} CPU{gpus} plus "
+                f"{DECODE_CPUS:g} CPU for decoding; {done} of {total} batches were returned (the feature cache keeps "
+                "them). Check the cluster (ray status: free CPUs, actors left running), then run the command again "
+                "when it has room (or with more nodes): it encodes only the rest")
+
+    def _not_started(self, actors: int, cpus: float, nodes: dict[str, dict[str, Any]], done: int, total: int) -> str:
+        """Why a pipeline stopped before its first batch (its actors did not start in time) and what to do."""
+        gpus = f" and {self.gpus_per_worker:g} GPU" if self.gpus_per_worker > 0 else ""
+        return (f"the Ray engine could not start {actors} model actor(s) of {cpus:g} CPU{gpus} within "
+                f"{self.start_timeout_s:g} s on {len(nodes)} node(s) ({_node_names(nodes)}; {_free()['CPU']:g} CPU "
+                "free now): the cluster cannot place them, or loading the model takes longer. Check ray status (free "
+                "CPUs and GPUs, pending actors), then lower --workers, free or add nodes, or raise start_timeout_s; "
+                f"{done} of {total} batches were returned (the feature cache keeps them)")
 
     def _run_job(self, job: BatchJob) -> Iterator[Any]:
         """A :class:`BatchJob` (see the module docstring): results in batch order."""
@@ -531,11 +650,11 @@ class RayEngine:
         manifests = [{"batch": b, "items": pickle.dumps(items, protocol=pickle.HIGHEST_PROTOCOL)}
                      for b, items in enumerate(batches_of(job.items, job.batch_size))]
 
-        def build(remaining: list[dict[str, Any]], cpus: float, registry: Any) -> Any:
+        def build(remaining: list[dict[str, Any]], actors: int, cpus: float, registry: Any) -> Any:
             return (ray.data.from_items(remaining, override_num_blocks=max(1, len(remaining)))
                     .map_batches(_decode_job, batch_size=1, batch_format="numpy", num_cpus=DECODE_CPUS,
                                  fn_kwargs={"decode": job.decode})
-                    .map_batches(_RunJob, **self._pool(cpus),
+                    .map_batches(_RunJob, **self._pool(actors, cpus),
                                  fn_constructor_kwargs={"worker": job.worker, "device": device,
                                                         "threads": self.actor_threads(), "registry": registry}))
 
@@ -558,12 +677,12 @@ class RayEngine:
         wanted = {sid: i for i, sid in enumerate(dict.fromkeys(sample_ids))}
         manifests = _manifests(samples_files(dataset), wanted=wanted, batch_size=job.batch_size)
 
-        def build(remaining: list[dict[str, Any]], cpus: float, registry: Any) -> Any:
+        def build(remaining: list[dict[str, Any]], actors: int, cpus: float, registry: Any) -> Any:
             return (ray.data.from_items(remaining, override_num_blocks=max(1, len(remaining)))
                     .map_batches(_decode, batch_size=1, batch_format="numpy", num_cpus=DECODE_CPUS,
                                  fn_kwargs={"root": str(dataset.root), "preprocess": model.preprocess,
                                             "image_size": tuple(model.image_size)})
-                    .map_batches(_Encode, **self._pool(cpus),
+                    .map_batches(_Encode, **self._pool(actors, cpus),
                                  fn_constructor_kwargs={"factory": factory, "kind": job.kind,
                                                         "threads": self.actor_threads(), "output": job.output,
                                                         "registry": registry}))

@@ -2,7 +2,9 @@
 
 - no address: a local Ray instance is started for the stage (dashboard off, object store
   bounded by ``object_store_mb``, ``num_cpus`` CPUs) and shut down when the stage ends, so the
-  code path a cluster uses is the one the tests use;
+  code path a cluster uses is the one the tests use; ``address="local"``, so neither a cluster
+  that ``ray start`` left running on this machine nor one that ``RAY_ADDRESS`` names is joined
+  (Ray reads both only for no address or ``auto``);
 - ``auto``: the cluster this machine belongs to (``ray start`` ran here);
 - ``ray://HOST:PORT`` (Ray Client) or ``HOST:PORT`` (a head node's GCS): a remote cluster.
   The port is probed with a TCP connection first, so an address that does not answer is a

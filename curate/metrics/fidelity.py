@@ -362,6 +362,12 @@ def merge_curves(parts: Sequence[FidelityCurves]) -> FidelityCurves:
 
 
 # ----------------------------------------------------------------------------- fine-tuning
+def finetune_steps(n: int, *, epochs: int, batch_size: int) -> int:
+    """Optimisation steps of :func:`finetune` on ``n`` images: ``epochs * ceil(n / batch_size)``
+    (the unit its progress counts in)."""
+    return int(epochs) * -(-int(n) // int(batch_size))
+
+
 def finetune(
     module: torch.nn.Module,
     forward: Callable[[torch.nn.Module, torch.Tensor], torch.Tensor],
@@ -376,6 +382,7 @@ def finetune(
     baseline: Any = 0.0,
     params: Callable[[torch.nn.Module], Any] | None = None,
     seed: int = 0,
+    progress: Callable[[int, int], None] | None = None,
 ) -> torch.nn.Module:
     """Fine-tune a copy of ``module`` with random masks of at most ``beta`` of the pixels (eq. 5).
 
@@ -383,6 +390,8 @@ def finetune(
     defaults: lr = weight decay = 1e-4). ``forward(module, x) -> logits``; ``params(module)``
     selects the trained parameters (default all; a CLIP trains only its image tower). The copy
     stays in eval mode (frozen normalisation statistics, no dropout), which suits small sets.
+    ``progress(done, total)`` is called with ``(0, total)`` first and after every optimisation
+    step, in steps (:func:`finetune_steps`), so it ends at ``(total, total)``.
     Returns the fine-tuned copy; ``module`` is untouched.
     """
     torch.manual_seed(int(seed))
@@ -400,6 +409,9 @@ def finetune(
     gen.manual_seed(int(seed))
     n = images.shape[0]
     hw = tuple(images.shape[-2:])
+    done, total = 0, finetune_steps(n, epochs=epochs, batch_size=batch_size)
+    if progress is not None:
+        progress(done, total)
     for _ in range(int(epochs)):
         order = torch.randperm(n, generator=gen, device=device)
         for i in range(0, n, batch_size):
@@ -410,6 +422,9 @@ def finetune(
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
+            done += 1
+            if progress is not None:
+                progress(done, total)
     for p in tuned.parameters():
         p.requires_grad_(False)
     return tuned

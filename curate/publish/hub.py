@@ -56,6 +56,7 @@ from curate.licenses import (
 from curate.publish.layout import ATTRIBUTION_FILE, CARD_FILE, GROUP_NAMES, SPLITS, Selection, Shard
 from curate.publish.layout import COLUMN_DOCS as COLUMN_DOCS  # re-exported: the names below were defined here
 from curate.publish.layout import DATA_DIR as DATA_DIR
+from curate.shell import suggest
 
 if TYPE_CHECKING:  # pragma: no cover
     from datasets import Features
@@ -207,7 +208,8 @@ def _record(ds: Dataset, row: Mapping[str, Any], label: int, backgrounds: Mappin
     digest = hashlib.sha256(data).hexdigest()
     if digest != row["sha256"]:
         raise PublishError(f"{image_path}: the bytes do not match sample {row['sample_id']}'s sha256 (the folder was "
-                           f"changed by hand?); run `curate check {ds.root}` and fix it before publishing")
+                           f"changed by hand?); run `{suggest('curate check {dir}', dir=ds.root)}` and fix it before "
+                           "publishing")
     mask_path = ds.mask_path(row)
     mask = None if mask_path is None else {"bytes": mask_path.read_bytes(), "path": f"{row['sample_id']}.mask.png"}
     return {

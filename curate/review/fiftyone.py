@@ -91,6 +91,7 @@ from curate.review.views import (
 )
 from curate.review.vocabulary import SUSPECT_PREFIX, TagVocabulary
 from curate.runs import iter_runs
+from curate.shell import suggest
 from curate.store import Dataset
 
 log = logging.getLogger(__name__)
@@ -505,7 +506,8 @@ def push_fiftyone(
             if edits or problems:
                 raise ReviewError(
                     f"FiftyOne dataset {fo_name!r} holds {edits} edit(s) and {len(problems)} unreadable tag(s) that were "
-                    f"not pulled; run `curate review pull {root}` first, or push with --force to discard them")
+                    f"not pulled; run `{suggest('curate review pull {dir}', dir=root)}` first, or push with --force to "
+                    "discard them")
     else:
         dataset = fo.Dataset(fo_name)
     dataset.persistent = True
@@ -800,7 +802,7 @@ def pull_fiftyone(
     snapshot = Snapshot.load(snapshot_path(ds.root, BACKEND, fo_name))
     if snapshot is None:
         raise ReviewError(f"{ds.root} was never pushed to FiftyOne dataset {fo_name!r} (no snapshot in "
-                          f"{ds.root / '.review'}); run `curate review fiftyone {root}` first")
+                          f"{ds.root / '.review'}); run `{suggest('curate review fiftyone {dir}', dir=root)}` first")
     if fo_name not in fo.list_datasets():
         raise ReviewError(f"FiftyOne dataset {fo_name!r} does not exist in the database FiftyOne uses "
                           f"({fo.config.database_uri or 'its own'}); was it deleted, or is another database running?")

@@ -96,6 +96,7 @@ from curate.review.sync import (
 from curate.review.views import ViewSpec, expand_views, find_view, load_views
 from curate.review.vocabulary import SUSPECT_PREFIX, TagVocabulary
 from curate.runs import RUNS_DIR, EvaluationRun, RunError, list_runs
+from curate.shell import suggest
 from curate.store import Dataset
 
 log = logging.getLogger(__name__)
@@ -657,7 +658,8 @@ def pull_labelstudio(
     snapshot = Snapshot.load(snapshot_path(ds.root, BACKEND, title))
     if snapshot is None:
         raise ReviewError(f"{ds.root} was never pushed to Label Studio project {title!r} (no snapshot in "
-                          f"{ds.root / '.review'}); run `curate review labelstudio {root} --url ...` first")
+                          f"{ds.root / '.review'}); run `{suggest('curate review labelstudio {dir} --url ...', dir=root)}` "
+                          "first")
     client = connect(url, token)
     project_id = int(snapshot.target.get("project_id", -1))
     tasks = _export(client, url, project_id)

@@ -20,7 +20,10 @@ Derived columns (:data:`DERIVED_COLUMNS`), usable in ``match`` and ``sort_by`` l
 
 Conditions: a plain value (equal), null (missing), or a mapping of operators ``eq``, ``ne``,
 ``lt``, ``le``, ``gt``, ``ge``, ``in``, ``nin``, ``exists``, ``has`` (a list column such as
-``tags`` contains the value). ``match_any`` (a list of such mappings) adds "and at least one of
+``tags`` contains the value). The list of ``in`` / ``nin`` may be named instead of written out:
+``{mask_statuses: <source>}`` is the ``mask_status`` values :mod:`curate.masks.sources` gives
+that source (:data:`MASK_STATUSES`), so a view cannot drift from the mask-source table
+(docs/design.md#masks). ``match_any`` (a list of such mappings) adds "and at least one of
 these holds". The same definitions select rows
 of the folder in Python (:meth:`ViewSpec.matches`, for Label Studio) and are compiled to
 FiftyOne view expressions by :mod:`curate.review.fiftyone`. Comparisons with a missing value
@@ -36,7 +39,7 @@ from typing import Any
 
 import yaml
 
-from curate.masks.sources import mask_source, proposal_score
+from curate.masks.sources import EXACT_STATUSES, HUMAN_STATUSES, REJECTED_STATUS, mask_source, proposal_score
 from curate.review.annotation import VIEWS_FILE, annotation_file
 from curate.store.schema import COLUMN_NAMES
 
@@ -52,6 +55,11 @@ DERIVED_COLUMNS: dict[str, str] = {
     "mask_source": "where the mask came from: human, exact, model or rejected (null without a mask)",
     "mask_score": "a model proposal's confidence in [0, 1] (null for other masks)",
 }
+#: ``{mask_statuses: <source>}`` in a view: the statuses :mod:`curate.masks.sources` names for the
+#: source (a model proposal's ``model:<id>`` cannot be listed, and "any other text or null" counts
+#: as human without being listed: the view "masks to review" is those).
+MASK_STATUSES: dict[str, tuple[str, ...]] = {"exact": EXACT_STATUSES, "human": HUMAN_STATUSES,
+                                             "rejected": (REJECTED_STATUS,)}
 
 
 def column_value(row: Mapping[str, Any], column: str) -> Any:
@@ -161,6 +169,8 @@ def _conditions(view: str, match: Any) -> tuple[Condition, ...]:
             for op, value in condition.items():
                 if op not in OPERATORS:
                     raise ViewError(f"view {view!r}: unknown operator {op!r} for {column!r} ({', '.join(OPERATORS)})")
+                if op in ("in", "nin") and isinstance(value, Mapping):
+                    value = _named_list(view, column, op, value)
                 if op in ("in", "nin") and not isinstance(value, (list, tuple)):
                     raise ViewError(f"view {view!r}: {op} of {column!r} needs a list")
                 if op == "has" and column != "tags":
@@ -171,6 +181,15 @@ def _conditions(view: str, match: Any) -> tuple[Condition, ...]:
         else:
             out.append(Condition(column, "eq", condition))
     return tuple(out)
+
+
+def _named_list(view: str, column: str, op: str, value: Mapping[str, Any]) -> tuple[str, ...]:
+    """The list a named ``in`` / ``nin`` value stands for (``{mask_statuses: <source>}``)."""
+    source = value.get("mask_statuses") if list(value) == ["mask_statuses"] else None
+    if source not in MASK_STATUSES:
+        raise ViewError(f"view {view!r}: {op} of {column!r} is a list or {{mask_statuses: SOURCE}} with SOURCE one "
+                        f"of {', '.join(MASK_STATUSES)}, got {dict(value)!r}")
+    return MASK_STATUSES[source]
 
 
 def _sortable(column: str) -> bool:

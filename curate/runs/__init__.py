@@ -19,7 +19,9 @@ __getattr__, __dir__ = lazy_exports(__name__, {
     "RUNS_DIR": "curate.runs.base",
     "RunError": "curate.runs.base",
     "RunRecord": "curate.runs.base",
+    "check_run_name": "curate.runs.base",
     "create_run": "curate.runs.base",
+    "discard_if_empty": "curate.runs.base",
     "iter_runs": "curate.runs.base",
     "list_runs": "curate.runs.base",
     "load_run": "curate.runs.base",
@@ -58,8 +60,8 @@ __getattr__, __dir__ = lazy_exports(__name__, {
 })
 
 __all__ = [
-    "CONFIG_FILE", "RUNS_DIR", "RunError", "RunRecord", "create_run", "iter_runs", "list_runs", "load_run",
-    "prepare_run_dir", "read_config", "read_parquet", "record_class", "register_run_kind", "run_kinds", "run_name",
+    "CONFIG_FILE", "RUNS_DIR", "RunError", "RunRecord", "check_run_name", "create_run", "discard_if_empty",
+    "iter_runs", "list_runs", "load_run", "prepare_run_dir", "read_config", "read_parquet", "record_class", "register_run_kind", "run_kinds", "run_name",
     "slug", "unique_run_name", "write_bytes", "write_json", "write_parquet",
     "AttributionRun", "ModelAttribution", "InterventionRun",
     "AuditRun", "CheckSummary",

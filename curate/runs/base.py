@@ -12,6 +12,12 @@ file by key path.
 unfinished run and :func:`list_runs` does not list it. It always holds ``kind``,
 ``record_version`` and ``curate_version``; a folder written before records existed (no
 ``record_version``) is read as version 1, whose layout it has.
+
+Naming a run (docs/design.md#run-folders), one rule for every stage: :func:`check_run_name`
+refuses a finished run of that name unless ``overwrite``, before any work; an unfinished one (a
+killed or interrupted run) is not refused: :func:`prepare_run_dir` replaces it, saying so, and a
+stage that keeps partial state resumes it instead. A live writer of the run holds its lock
+(:mod:`curate.runs.lock`), which refuses a second writer.
 """
 from __future__ import annotations
 
@@ -20,6 +26,7 @@ import datetime as _dt
 import io
 import logging
 import re
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
@@ -32,8 +39,8 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "RUNS_DIR", "CONFIG_FILE", "RunError", "RunRecord", "register_run_kind", "run_kinds", "record_class",
-    "list_runs", "load_run", "iter_runs", "read_result_json", "create_run", "prepare_run_dir", "slug", "run_name",
-    "unique_run_name", "write_json", "write_bytes", "write_parquet", "read_parquet",
+    "list_runs", "load_run", "iter_runs", "read_result_json", "create_run", "check_run_name", "prepare_run_dir",
+    "discard_if_empty", "slug", "run_name", "unique_run_name", "write_json", "write_bytes", "write_parquet", "read_parquet",
 ]
 
 RUNS_DIR = "runs"
@@ -73,18 +80,56 @@ def _check_name(name: str) -> None:
         raise ValueError(f"run name {name!r} must be a plain folder name of letters, digits, '.', '_' or '-'")
 
 
-def prepare_run_dir(dataset_root: Path, name: str, *, overwrite: bool = False) -> Path:
-    """Make ``dataset_root/runs/<name>/`` for a run about to be written.
+def check_run_name(dataset_root: Path, name: str, *, overwrite: bool = False) -> Path:
+    """The rule for naming a run, checked before any work; returns ``dataset_root/runs/<name>``.
 
-    ``name`` must be a plain folder name (no separators, no ``..``). An existing run of that
-    name is refused unless ``overwrite`` (its files are then replaced one by one, atomically).
+    ``name`` must be a plain folder name (no separators, no ``..``: ``ValueError``). A finished
+    run of that name (its ``config.json``) is refused unless ``overwrite`` (``FileExistsError``).
+    A folder without ``config.json`` is an unfinished run (killed or interrupted) and is not
+    refused: :func:`prepare_run_dir` replaces it. Writes nothing; a live writer of the run is
+    refused by the run's lock (:func:`curate.runs.lock.run_lock`), taken before this check.
     """
     _check_name(name)
     path = Path(dataset_root) / RUNS_DIR / name
-    if path.exists() and not overwrite:
+    if path.exists() and not path.is_dir():
+        raise FileExistsError(f"{path} is a file, not a run folder; choose another --run-name")
+    if (path / CONFIG_FILE).exists() and not overwrite:
         raise FileExistsError(f"run {path} exists; choose another --run-name or pass --overwrite")
+    return path
+
+
+def prepare_run_dir(dataset_root: Path, name: str, *, overwrite: bool = False) -> Path:
+    """Make ``dataset_root/runs/<name>/`` for a run about to be written.
+
+    The name is checked by :func:`check_run_name`: a finished run of that name is refused unless
+    ``overwrite`` (its files are then replaced one by one, atomically); an unfinished one (no
+    ``config.json``) is emptied and replaced, with a warning saying so.
+    """
+    path = check_run_name(dataset_root, name, overwrite=overwrite)
+    if path.is_dir() and not (path / CONFIG_FILE).exists():
+        logger.warning("run %s in %s is unfinished (no %s: it was interrupted); replacing it", name, path.parent,
+                       CONFIG_FILE)
+        for entry in path.iterdir():
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def discard_if_empty(run_dir: Path) -> None:
+    """Remove an unfinished run folder that holds no file (empty subfolders included): what a
+    stage that failed or was interrupted before writing anything leaves. Anything else is kept."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir() or run_dir.is_symlink() or (run_dir / CONFIG_FILE).exists():
+        return
+    for folder in sorted((p for p in run_dir.rglob("*") if p.is_dir() and not p.is_symlink()),
+                         key=lambda p: len(p.parts), reverse=True):
+        if not any(folder.iterdir()):
+            folder.rmdir()
+    if not any(run_dir.iterdir()):
+        run_dir.rmdir()
 
 
 def create_run(dataset_root: Path, name: str, config: dict[str, Any], *, overwrite: bool = False) -> Path:

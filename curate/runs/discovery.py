@@ -27,13 +27,15 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from difflib import get_close_matches
 from pathlib import Path
 from typing import Any, ClassVar
 
 from curate.jsonio import read_json
 from curate.runs.base import RunError, RunRecord, read_parquet, register_run_kind, write_json, write_parquet
+from curate.shell import suggest
 
-__all__ = ["DiscoveryRun", "DiscoveredGroup", "GROUP_COLUMNS", "MEMBER_COLUMNS", "DECISIONS"]
+__all__ = ["DiscoveryRun", "DiscoveredGroup", "UnknownGroupError", "GROUP_COLUMNS", "MEMBER_COLUMNS", "DECISIONS"]
 
 GROUP_COLUMNS: tuple[tuple[str, str], ...] = (
     ("group_id", "string"), ("class_index", "int32"), ("class_name", "string"), ("method", "string"),
@@ -56,6 +58,22 @@ def _table(columns: tuple[tuple[str, str], ...], rows: list[dict[str, Any]]) -> 
     schema = pa.schema([(name, types[kind]) for name, kind in columns])
     return pa.table({name: pa.array([r.get(name) for r in rows], schema.field(name).type) for name in schema.names},
                     schema=schema)
+
+
+class UnknownGroupError(KeyError):
+    """A group id the run does not have; its message names the command that lists the run's groups
+    (a :class:`KeyError` that prints as a sentence, not as a quoted key)."""
+
+    def __init__(self, run: DiscoveryRun, group_id: str) -> None:
+        root = run.run_dir.parent.parent if run.run_dir is not None else "DIR"
+        close = get_close_matches(group_id, [g.group_id for g in run.groups], n=1)
+        hint = f"did you mean {close[0]}? " if close else ""
+        listing = suggest("curate groups {dir} --run {run} --all", dir=root, run=run.name)
+        super().__init__(f"run {run.name} has no group {group_id!r}; {hint}its {len(run.groups)} groups are listed by "
+                         f"`{listing}`")
+
+    def __str__(self) -> str:
+        return str(self.args[0])
 
 
 @dataclass
@@ -139,14 +157,24 @@ class DiscoveryRun(RunRecord):
 
     @classmethod
     def of_folder(cls, root: Path | str, name: str | None = None) -> DiscoveryRun:
-        """The discovery run ``name`` of the folder ``root``, else its latest one."""
-        from curate.runs.base import RUNS_DIR, list_runs
+        """The discovery run ``name`` of the folder ``root``, else its latest one that grouped
+        photos: a run whose every photo was left out (no trusted mask, no prediction) did nothing
+        and does not hide the last real one (docs/design.md#run-folders); the latest run when none did."""
+        from curate.runs.base import RUNS_DIR, list_runs, read_config
 
         if name is not None:
             return cls.load(Path(root) / RUNS_DIR / name)
         found = list_runs(Path(root), cls.KIND)
         if not found:
-            raise RunError(f"{root} has no finished discovery run: run `curate discover {root} --model ...` first")
+            discover = suggest("curate discover {dir} --model ...", dir=root)
+            raise RunError(f"{root} has no finished discovery run: run `{discover}` first")
+        for path in reversed(found):
+            try:
+                grouped = (read_config(path).get("counts") or {}).get("grouped", 1)
+            except RunError:  # load it: its error names what is wrong
+                grouped = 1
+            if grouped != 0:
+                return cls.load(path)
         return cls.load(found[-1])
 
     # -- typed views
@@ -179,8 +207,7 @@ class DiscoveryRun(RunRecord):
         for g in self.groups:
             if g.group_id == group_id:
                 return g
-        known = ", ".join(g.group_id for g in self.groups) or "none"
-        raise KeyError(f"run {self.name} has no group {group_id!r} (its groups: {known})")
+        raise UnknownGroupError(self, group_id)
 
     def members(self) -> list[dict[str, Any]]:
         """``members.parquet`` as rows (read on first use)."""

@@ -17,7 +17,10 @@ Files (``runs/<name>/``; docs/design.md#masks):
   samples with a human or exact mask against that mask);
 - ``parts/part-NNNNN.parquet``: the rows of each finished batch while the run is under way; an
   interrupted run is resumed from them (same ``--run-name``) and they are removed when
-  ``config.json``, the commit marker, is written.
+  ``config.json``, the commit marker, is written;
+- ``pending.json``: while the run is unfinished, the model, settings and scope it started with
+  (a resume must match them; removed with ``parts/``). A live run also holds
+  ``runs/.<name>.lock`` (:mod:`curate.runs.lock`).
 """
 from __future__ import annotations
 

@@ -8,8 +8,9 @@ Every stage has the same shape::
 - ``model``: a :class:`curate.models.ModelSpec`, a loaded model, or a name/weights file;
 - ``settings``: the stage's own settings dataclass (``EvalSettings``, ``ExplainSettings``,
   ``FidelitySettings``, ``SplitSettings``, ...), whose fields the CLI options map one to one;
-- ``run_name`` / ``overwrite``: the run folder (default ``<kind>-<model>-<UTC time>``; an
-  existing name is refused unless ``overwrite``);
+- ``run_name`` / ``overwrite``: the run folder (default ``<kind>-<model>-<UTC time>``; a
+  finished run's name is refused before any work unless ``overwrite``, an unfinished one is
+  replaced: :func:`curate.stages.common.run_stage`, docs/design.md#run-folders);
 - ``progress``: a :class:`curate.progress.Progress` callable or ``None``.
 
 Modules: ``evaluate`` (zero-shot / 1000-way accuracy), ``explain`` (saliency, SSS, RMA),

@@ -10,7 +10,9 @@ adversarial-background accuracy), each with a paired bootstrap interval
 
 A class whose paste control loses more than ``control_threshold`` (original minus the object
 pasted back on its own filled background) is flagged: its B and rest mix the background's effect
-with what pasting costs.
+with what pasting costs. So is a class whose ghost control moves B by more than the threshold (B
+against B on the same donors with their holes' bounding boxes filled, no outline of the donor's
+object left): its B holds class evidence the filled hole carries.
 """
 from __future__ import annotations
 
@@ -26,7 +28,8 @@ from curate.runs.attribution import AttributionRun, ClassRow, ModelAttribution
 from curate.runs.base import RUNS_DIR, RunError, iter_runs, write_bytes
 from curate.runs.evaluation import EvaluationRun
 from curate.runs.interventions import InterventionRun
-from curate.stages.common import claim_run_dir, open_dataset
+from curate.shell import suggest
+from curate.stages.common import claim_run_dir, open_dataset, run_stage
 
 __all__ = ["AttributionSettings", "attribution"]
 
@@ -72,10 +75,11 @@ def _evaluations(root: Path, runs: Any) -> list[EvaluationRun]:
             loaded.append(record)
     if not loaded:
         raise RunError(f"{root} has no evaluation runs: score the folder first, e.g. "
-                       f"`curate evaluate {root} --model NAME`")
+                       f"`{suggest('curate evaluate {dir} --model NAME', dir=root)}`")
     return loaded
 
 
+@run_stage("attribution")
 def attribution(dataset: Any, runs: Any = None, settings: AttributionSettings | None = None, *,
                 run_name: str | None = None, overwrite: bool = False,
                 progress: Progress | None = None) -> AttributionRun:
@@ -85,8 +89,10 @@ def attribution(dataset: Any, runs: Any = None, settings: AttributionSettings | 
         dataset: the intervention folder (``curate intervene --out``) or its :class:`Dataset`.
         runs: evaluation run names (or records) on that folder; None: every evaluation run there.
         settings: :class:`AttributionSettings`.
-        run_name: the run folder (default ``attribution-<intervention>-<UTC time>``).
-        overwrite: replace an existing run of that name.
+        run_name: the run folder (default ``attribution-<intervention>-<UTC time>``); a finished one
+            is refused before any work unless ``overwrite``, an unfinished one (killed) replaced
+            (:func:`curate.stages.common.run_stage`).
+        overwrite: replace a finished run of that name.
         progress: :class:`curate.progress.Progress` (phase "bootstrapping").
     """
     settings = settings or AttributionSettings()
@@ -106,7 +112,7 @@ def attribution(dataset: Any, runs: Any = None, settings: AttributionSettings | 
         classes, overall, overall_ci, used = attribute(table, n_boot=settings.n_boot, seed=settings.seed,
                                                        level=settings.level)
         rows = tuple(ClassRow(c.class_index, names[c.class_index], c.n_easy, c.n_hard, c.values, c.intervals,
-                              c.reason, _flag(c.values.get("paste_cost", math.nan), settings.control_threshold))
+                              c.reason, _flag(c.values, settings.control_threshold))
                      for c in classes)
         models.append(ModelAttribution(run.name, run.model_label, run.model_id, run.family, run.label_space_name,
                                        run.chance, overall, overall_ci, used, rows))
@@ -116,16 +122,25 @@ def attribution(dataset: Any, runs: Any = None, settings: AttributionSettings | 
         "source_root": intervention.source.get("root"), "split": intervention.source.get("split"),
         "sigma": intervention.sigma, "truth": intervention.is_truth, "masks": intervention.masks,
         "variants": intervention.variant_counts()}, settings=asdict(settings), models=models)
-    run_dir = claim_run_dir(ds.root, run_name, "attribution", intervention.name, overwrite=overwrite)
     from curate.interventions.figures import decomposition_png
 
-    write_bytes(run_dir / AttributionRun.FIGURE, decomposition_png(models))
+    figure = decomposition_png(models)  # drawn before the folder is made: an interrupted draw leaves none
+    run_dir = claim_run_dir(ds.root, run_name, "attribution", intervention.name, overwrite=overwrite)
+    write_bytes(run_dir / AttributionRun.FIGURE, figure)
     record.write(run_dir)  # config.json last: the commit marker
     return record
 
 
-def _flag(paste_cost: float, threshold: float) -> str:
+def _flag(values: dict[str, float], threshold: float) -> str:
+    """Why a class's B is not to be trusted as it is: the paste control, the ghost control, or both."""
+    flags = []
+    paste_cost = values.get("paste_cost", math.nan)
     if math.isfinite(paste_cost) and paste_cost > threshold:
-        return (f"paste control loses {100 * paste_cost:.1f} points (> {100 * threshold:.0f}): B and the rest include "
-                "paste artefacts")
-    return ""
+        flags.append(f"paste control loses {100 * paste_cost:.1f} points (> {100 * threshold:.0f}): B and the rest "
+                     "include paste artefacts")
+    ghost_bias = values.get("ghost_bias", math.nan)
+    if math.isfinite(ghost_bias) and abs(ghost_bias) > threshold:
+        flags.append(f"ghost control: the donors' filled holes move B by {100 * ghost_bias:+.1f} points (> "
+                     f"{100 * threshold:.0f}); B without the ghost is "
+                     f"{100 * values.get('background_part_unghosted', math.nan):+.1f}")
+    return "; ".join(flags)

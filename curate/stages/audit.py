@@ -45,7 +45,8 @@ from curate.audit.measure import FRACTIONS, CheckMeasure, measure_check
 from curate.masks.sources import trusted_rows, untrusted_masks_message
 from curate.progress import Progress, phase
 from curate.runs.audit import AuditRun, failure_summary
-from curate.stages.common import check_device, claim_run_dir, load_spec, model_identity, open_dataset
+from curate.shell import suggest
+from curate.stages.common import check_device, claim_run_dir, load_spec, model_identity, open_dataset, run_stage
 
 logger = logging.getLogger(__name__)
 
@@ -172,6 +173,7 @@ def _inputs(ds, rows: list[dict], checks: Sequence[str], model: Any, settings: A
     return inputs, model_info, feats.computed
 
 
+@run_stage("audit")
 def audit(
     dataset: Any, model: Any = None, settings: AuditSettings | None = None, *, run_name: str | None = None,
     overwrite: bool = False, progress: Progress | None = None,
@@ -183,7 +185,9 @@ def audit(
         model: a CLIP (a :class:`curate.models.ModelSpec`, loaded model, name or weights file);
             may be None when only pixel checks (``feature``) run.
         settings: :class:`AuditSettings` (default: every check, the dataset's classes, top 5% tagged).
-        run_name: the run folder (default ``audit-<model>-<UTC time>``).
+        run_name: the run folder (default ``audit-<model>-<UTC time>``); a finished one is refused
+            before any work unless ``overwrite``, an unfinished one (killed) replaced
+            (:func:`curate.stages.common.run_stage`).
         progress: phases "encoding images", "check <name>".
     """
     settings = settings or AuditSettings()
@@ -271,7 +275,8 @@ def latest_audit(dataset: Any, run_name: str | None = None) -> AuditRun:
         return AuditRun.load(ds.root / RUNS_DIR / run_name)
     runs = list_runs(ds.root, kind="audit")
     if not runs:
-        raise ValueError(f"{ds.root} has no audit run; run `curate audit {ds.root} --model ...` first")
+        raise ValueError(f"{ds.root} has no audit run; run `{suggest('curate audit {dir} --model ...', dir=ds.root)}` "
+                         "first")
     return AuditRun.load(runs[-1])
 
 

@@ -1,11 +1,15 @@
 """What every stage does first: open the dataset, resolve the model, name the run."""
 from __future__ import annotations
 
+import functools
+import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from curate.runs.base import prepare_run_dir, unique_run_name
+from curate.runs.base import RUNS_DIR, check_run_name, discard_if_empty, prepare_run_dir, unique_run_name
 from curate.runs.base import run_name as default_run_name
+from curate.runs.lock import run_lock
 
 if TYPE_CHECKING:  # pragma: no cover
     from curate.models.base import LoadedModel
@@ -13,7 +17,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from curate.store import Dataset
 
 __all__ = ["open_dataset", "load_spec", "spec_of", "model_identity", "identity_label", "check_device",
-           "claim_run_dir"]
+           "claim_run_dir", "run_stage"]
+
+S = TypeVar("S", bound=Callable[..., Any])
 
 DatasetLike = "Dataset | str | Path"
 
@@ -148,8 +154,57 @@ def identity_label(identity: dict[str, Any]) -> str:
 
 
 def claim_run_dir(dataset_root: Path, run_name: str | None, kind: str, label: str, *, overwrite: bool = False) -> Path:
-    """The run folder for a stage: ``run_name`` (refused when it exists, unless ``overwrite``) or
-    a fresh ``<kind>-<label>-<UTC time>`` name."""
+    """The run folder for a stage: ``run_name`` (:func:`curate.runs.base.prepare_run_dir`: a finished
+    run is refused unless ``overwrite``, an unfinished one replaced) or a fresh
+    ``<kind>-<label>-<UTC time>`` name, made at once so that two runs never share one."""
     if run_name:
         return prepare_run_dir(dataset_root, run_name, overwrite=overwrite)
-    return prepare_run_dir(dataset_root, unique_run_name(dataset_root, default_run_name(kind, label)))
+    while True:
+        path = Path(dataset_root) / RUNS_DIR / unique_run_name(dataset_root, default_run_name(kind, label))
+        try:
+            path.mkdir(parents=True)
+        except FileExistsError:  # another run took that name between the look and the mkdir
+            continue
+        return path
+
+
+def _dataset_root(dataset: Any) -> Path | None:
+    """The folder of a stage's ``dataset`` argument when it is a dataset folder (else None: the
+    stage reports what is wrong with it)."""
+    from curate.store.validate import CONFIG_FILE as DATASET_FILE
+
+    root = dataset if isinstance(dataset, (str, os.PathLike)) else getattr(dataset, "root", None)
+    return Path(root) if root is not None and (Path(root) / DATASET_FILE).is_file() else None
+
+
+def run_stage(purpose: str) -> Callable[[S], S]:
+    """The run lifecycle every stage shares (docs/design.md#run-folders), as a decorator of
+    ``stage(dataset, model, settings, *, run_name, overwrite, progress)``.
+
+    With an explicit ``run_name``, before the stage does any work, the name is checked
+    (:func:`curate.runs.base.check_run_name`: a finished run of that name is refused unless
+    ``overwrite``; an unfinished one, without ``config.json``, is not, and the stage replaces it
+    when it claims its folder, saying so) and the run's lock taken (:func:`curate.runs.lock.run_lock`:
+    a run that a live process writes is refused, naming that process). The lock is held until the
+    stage returns; a stage that fails or is interrupted before writing a file leaves no folder.
+    ``purpose`` (the verb, e.g. ``"evaluate"``) is what a refused second writer is told.
+    Without ``run_name`` the stage names its run when it claims the folder (:func:`claim_run_dir`)."""
+
+    def decorate(stage: S) -> S:
+        @functools.wraps(stage)
+        def run(dataset: Any, *args: Any, run_name: str | None = None, overwrite: bool = False, **kwargs: Any) -> Any:
+            root = _dataset_root(dataset) if run_name is not None else None
+            if root is None:
+                return stage(dataset, *args, run_name=run_name, overwrite=overwrite, **kwargs)
+            check_run_name(root, str(run_name), overwrite=overwrite)  # refused before even a lock file is made
+            with run_lock(root, str(run_name), purpose=purpose):
+                check_run_name(root, str(run_name), overwrite=overwrite)  # a writer may have finished meanwhile
+                try:
+                    return stage(dataset, *args, run_name=run_name, overwrite=overwrite, **kwargs)
+                except BaseException:
+                    discard_if_empty(root / RUNS_DIR / str(run_name))
+                    raise
+
+        return cast(S, run)
+
+    return decorate

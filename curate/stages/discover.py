@@ -25,16 +25,25 @@ from typing import Any
 import numpy as np
 
 from curate.discover.embed import METHODS, RemovalCache, choose_method, project_out, removal_embeddings
-from curate.discover.groups import ClassDiscovery, GroupSettings, benjamini_hochberg, discover_class
-from curate.discover.phrases import TEMPLATE, PhraseBank, name_groups
+from curate.discover.groups import MIN_BOOT, ClassDiscovery, GroupSettings, benjamini_hochberg, discover_class
+from curate.discover.phrases import MIN_NAME_SCORE, TEMPLATE, PhraseBank, name_groups
 from curate.jsonio import json_safe
 from curate.masks.sources import is_trusted
 from curate.progress import Progress, phase
-from curate.runs.base import RUNS_DIR, slug, unique_run_name
+from curate.runs.base import discard_if_empty, slug, unique_run_name
 from curate.runs.base import run_name as default_run_name
 from curate.runs.discovery import DiscoveredGroup, DiscoveryRun
 from curate.runs.evaluation import EvaluationRun
-from curate.stages.common import check_device, claim_run_dir, identity_label, load_spec, model_identity, open_dataset
+from curate.shell import suggest
+from curate.stages.common import (
+    check_device,
+    claim_run_dir,
+    identity_label,
+    load_spec,
+    model_identity,
+    open_dataset,
+    run_stage,
+)
 
 __all__ = ["DiscoverSettings", "discover"]
 
@@ -54,6 +63,7 @@ class DiscoverSettings:
     error_weight: float = 0.0
     n_perm: int = 2000
     n_boot: int = 1000
+    min_boot: int = MIN_BOOT  # a group (or its rest) of fewer photos gets no bootstrap interval
     fdr: float = 0.1
     seed: int = 0
     background_embedding: str = "auto"  # auto | removal | projection | whole (the baseline; curate.discover.embed)
@@ -61,6 +71,7 @@ class DiscoverSettings:
     allow_model_masks: bool = False  # unverified mask proposals count as trusted masks
     phrases: Path | None = None  # the phrase bank (default: the one shipped, datasets/phrases.txt)
     top_names: int = 5
+    min_name_score: float = MIN_NAME_SCORE  # a top phrase scoring less does not name its group (unnamed)
     exemplars: int = 8
     predictions: tuple[str, ...] = ()  # finished evaluation runs; none: the model is evaluated now
     statuses: tuple[str, ...] = ("accepted", "candidate")
@@ -75,14 +86,16 @@ class DiscoverSettings:
                              f"got {self.background_embedding!r}")
         if self.top_names < 1 or self.exemplars < 1:
             raise ValueError("top_names and exemplars must be >= 1")
+        if not np.isfinite(self.min_name_score):
+            raise ValueError(f"min_name_score must be a finite number, got {self.min_name_score!r}")
         self.group_settings  # noqa: B018 - validates the grouping settings now
 
     @property
     def group_settings(self) -> GroupSettings:
         return GroupSettings(max_groups=self.max_groups, min_half=self.min_half, min_group=self.min_group,
                              min_silhouette=self.min_silhouette, min_overlap=self.min_overlap,
-                             error_weight=self.error_weight, n_perm=self.n_perm, n_boot=self.n_boot, fdr=self.fdr,
-                             seed=self.seed)
+                             error_weight=self.error_weight, n_perm=self.n_perm, n_boot=self.n_boot,
+                             min_boot=self.min_boot, fdr=self.fdr, seed=self.seed)
 
     def to_dict(self) -> dict[str, Any]:
         return json_safe({**asdict(self), "phrases": str(self.phrases) if self.phrases else None})
@@ -113,6 +126,7 @@ def _class_directions(loaded: Any, names: list[str]) -> np.ndarray:
     return build_text_classifier(loaded, names, load_prompts("simple")).numpy()
 
 
+@run_stage("discover")
 def discover(
     dataset: Any, model: Any, settings: DiscoverSettings | None = None, *, run_name: str | None = None,
     overwrite: bool = False, progress: Progress | None = None,
@@ -124,8 +138,9 @@ def discover(
         model: the CLIP that embeds backgrounds and names groups (and, without
             ``settings.predictions``, the reference): a spec, a name, a weights file or a loaded model.
         settings: :class:`DiscoverSettings`.
-        run_name: the run folder (default ``discover-<model>-<UTC time>``); an existing one is
-            refused unless ``overwrite``.
+        run_name: the run folder (default ``discover-<model>-<UTC time>``); a finished one is
+            refused before any work unless ``overwrite``, an unfinished one (killed) replaced
+            (:func:`curate.stages.common.run_stage`).
         progress: :class:`curate.progress.Progress`.
     Raises:
         ValueError: not a CLIP, no photo with a class, an unknown class in ``settings.classes``.
@@ -142,7 +157,7 @@ def discover(
     unknown = sorted(wanted - set(names))
     if unknown:
         raise ValueError(f"unknown class name(s) {', '.join(map(repr, unknown))}; the dataset's classes are listed by "
-                         f"`curate info {ds.root}`")
+                         f"`{suggest('curate info {dir}', dir=ds.root)}`")
     rows = [r for r in ds.rows(status=list(settings.statuses)) if r["class_index"] is not None
             and (not wanted or names[int(r["class_index"])] in wanted)]
     if not rows:
@@ -154,14 +169,12 @@ def discover(
         raise ValueError(f"discover needs a CLIP (it embeds backgrounds and names them with text); "
                          f"{loaded.model_id} is a {loaded.kind}")
     label = identity_label(identity)
-    existed = bool(run_name) and (ds.root / RUNS_DIR / str(run_name)).exists()
     run_dir = claim_run_dir(ds.root, run_name, "discover", label, overwrite=overwrite)
     try:
         record = _run(ds, loaded, identity, rows, runs, settings, grouping, bank, label, progress)
         record.write(run_dir)
     except BaseException:
-        if not existed and run_dir.is_dir() and not any(run_dir.iterdir()):
-            run_dir.rmdir()
+        discard_if_empty(run_dir)  # nothing was written: leave no folder
         raise
     ds.record_provenance("discover", json_safe({"run": run_dir.name, "model_id": loaded.model_id,
                                                  **{k: record.counts[k] for k in ("groups", "significant")}}))
@@ -209,6 +222,7 @@ def _run(ds: Any, loaded: Any, identity: dict[str, Any], rows: list[dict[str, An
 
     trusted = [r for r in removal_rows if is_trusted(r, allow_model_masks=settings.allow_model_masks)]
     left_out["no_trusted_mask"] += len(removal_rows) - len(trusted)
+    trusted_ids = {r["sample_id"] for r in trusted}
     removed: dict[str, np.ndarray] = {}
     if trusted:
         ids, values, failed = removal_embeddings(ds, loaded, trusted, cache, batch_size=settings.batch_size,
@@ -234,6 +248,9 @@ def _run(ds: Any, loaded: Any, identity: dict[str, Any], rows: list[dict[str, An
         y = np.array([correct[r["sample_id"]] for r in usable], dtype=np.float64)
         found = (discover_class(x, y, grouping, key=names[c]) if usable
                  else ClassDiscovery(n=0, reason="too_few_photos"))
+        untrusted = sum(1 for r in members if r["sample_id"] not in trusted_ids) if method == "removal" else 0
+        if found.reason == "too_few_photos" and len(members) - untrusted < 2 * grouping.min_half <= len(members):
+            found.reason = "no_trusted_mask"  # the photos are there, their trusted masks are not
         results.append((c, method, usable, x, found))
         per_class_info.append(json_safe({
             "class_index": c, "class_name": names[c], "photos": len(usable), "method": method,
@@ -287,7 +304,8 @@ def _run(ds: Any, loaded: Any, identity: dict[str, Any], rows: list[dict[str, An
               "left_out": dict(sorted((k, v) for k, v in left_out.items() if v)),
               "methods": dict(sorted(Counter(methods.values()).items()))}
     references = [{"run": run.name, "model_id": run.model_id or None, "label_space": run.label_space_name or None,
-                   "prompts": list(run.templates), "passed": how} for run, how in zip(runs, passed)]
+                   "chance": run.chance, "prompts": list(run.templates), "passed": how}
+                  for run, how in zip(runs, passed)]
     config = {"model": identity, "settings": settings.to_dict(), "references": references,
               "phrases": {"source": bank.source, "sha256": bank.sha256, "count": len(bank.phrases),
                           "template": TEMPLATE},

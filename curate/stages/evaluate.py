@@ -39,8 +39,17 @@ from curate.metrics.accuracy import (
 from curate.metrics.bootstrap import bootstrap_groups
 from curate.models.spec import ModelSpec, family_of_kind
 from curate.progress import Progress, phase
+from curate.runs.base import check_run_name
 from curate.runs.evaluation import EvaluationRun
-from curate.stages.common import check_device, claim_run_dir, identity_label, model_identity, open_dataset, spec_of
+from curate.stages.common import (
+    check_device,
+    claim_run_dir,
+    identity_label,
+    model_identity,
+    open_dataset,
+    run_stage,
+    spec_of,
+)
 from curate.zeroshot.candidates import CandidateSpace, build_top20, file_space, full_space, load_top20, save_top20
 from curate.zeroshot.classifier import cached_text_classifier, classifier_for_labels, zero_shot_logits
 from curate.zeroshot.prompts import SIMPLE_TEMPLATE, PromptSet, load_prompts
@@ -120,6 +129,8 @@ def _scores(ds, model, ids: list[str], prompts: PromptSet, settings: EvalSetting
     feats = compute_features(ds, model, ids, batch_size=settings.batch_size, workers=settings.workers,
                              use_cache=settings.use_cache, progress=progress, engine=_engine(settings),
                              factory=getattr(model, "factory", None), input_path=settings.input_path)
+    if not feats.sample_ids:
+        raise ValueError(_nothing_scored(len(ids), feats.failed))
     if model.kind == "clip":  # in numpy: with everything cached, a re-score imports no torch
         classifier = classifier_for_labels(model, ds.label_space.names, needed, prompts,
                                            ds.root / FEATURES_DIR / "text" if settings.use_cache else None, numpy=True)
@@ -272,6 +283,17 @@ def _check_loaded(model: Any) -> dict[str, Any]:
     return identity
 
 
+def _nothing_scored(total: int, failed: dict[str, str]) -> str:
+    """Why no run is written when not one of ``total`` samples could be scored (an evaluation of
+    nothing would hide the last real one of the model; docs/design.md#run-folders)."""
+    reasons = Counter(r.split(":")[0] for r in failed.values())
+    example = next(iter(sorted(failed.items())), None)
+    return (f"no sample could be scored: all {total} failed ("
+            + ", ".join(f"{n} {reason}" for reason, n in reasons.most_common())
+            + (f"; e.g. {example[0]}: {example[1]}" if example else "") + "); no run was written")
+
+
+@run_stage("evaluate")
 def evaluate(
     dataset: Any, model: ModelSpec | Any, settings: EvalSettings | None = None, *, run_name: str | None = None,
     overwrite: bool = False, progress: Progress | None = None,
@@ -284,9 +306,12 @@ def evaluate(
             file, or an already loaded model (``curate.load_model(...)``, a loaded LVLM); the run
             records what was passed (:func:`curate.stages.common.model_identity`).
         settings: :class:`EvalSettings` (default: 1 vs 1000, "A photo of {}.").
-        run_name: the run folder (default ``eval-<model>-<label space>-<UTC time>``); an existing
-            one is refused unless ``overwrite``.
+        run_name: the run folder (default ``eval-<model>-<label space>-<UTC time>``); a finished
+            one is refused before any work unless ``overwrite``, an unfinished one replaced
+            (:func:`curate.stages.common.run_stage`).
         progress: :class:`curate.progress.Progress` (phases "building 1-vs-20", "encoding images").
+    Raises:
+        ValueError: no sample could be scored (no run is written), bad settings.
     """
     spec = spec_of(model)
     given = None if spec is not None else _check_loaded(model)  # a bad loaded model fails before any work
@@ -305,6 +330,8 @@ def evaluate(
         lvlm = lvlm_scoring.lvlm_scores(ds, model, rows, candidates, settings, phase(progress, "scoring answers"),
                                         engine=_engine(settings))
         loaded, scores, kept, failed, encoded = lvlm.model, lvlm.scores, lvlm.sample_ids, lvlm.failed, lvlm.scored
+        if not kept:
+            raise ValueError(_nothing_scored(len(ids), failed))
         prompts_config = lvlm_scoring.prompt_config(settings.question, settings.answer_template)
     else:
         _engine(settings)  # a bad engine choice fails before any work
@@ -361,14 +388,18 @@ def evaluate_models(dataset: Any, models: Sequence[ModelSpec | Any], settings: E
                     run_name: str | None = None, overwrite: bool = False,
                     progress: Progress | None = None) -> list[EvaluationRun]:
     """:func:`evaluate` for each model (specs or loaded models); with several models a given
-    ``run_name`` gets the model's label appended so runs never collide."""
+    ``run_name`` gets the model's label appended so runs never collide. Every name is checked
+    before the first model is scored."""
     from curate.runs import slug
 
     ds = open_dataset(dataset)
-    results = []
+    names = []
     for model in models:
         spec = spec_of(model)
         label = spec.label if spec is not None else identity_label(_check_loaded(model))
         name = run_name if (run_name and len(models) == 1) else (f"{run_name}-{slug(label)}" if run_name else None)
-        results.append(evaluate(ds, model, settings, run_name=name, overwrite=overwrite, progress=progress))
-    return results
+        if name:
+            check_run_name(ds.root, name, overwrite=overwrite)
+        names.append(name)
+    return [evaluate(ds, model, settings, run_name=name, overwrite=overwrite, progress=progress)
+            for model, name in zip(models, names)]

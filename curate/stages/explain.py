@@ -52,7 +52,7 @@ from curate.metrics.spuriousity import (
     spuriousity_scores,
 )
 from curate.progress import Progress, report
-from curate.runs.base import CONFIG_FILE, write_bytes
+from curate.runs.base import CONFIG_FILE, discard_if_empty, write_bytes
 from curate.runs.explain import (
     SPLIT_ORDER,
     ExplainRun,
@@ -73,7 +73,7 @@ from curate.saliency.inputs import (
 from curate.saliency.masks import mask_transform_for
 from curate.saliency.registry import method_info
 from curate.saliency.targets import Target, parse_target
-from curate.stages.common import check_device, claim_run_dir, load_spec, model_identity, spec_of
+from curate.stages.common import check_device, claim_run_dir, load_spec, model_identity, run_stage, spec_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from curate.models.base import LoadedModel
@@ -194,6 +194,7 @@ class ExplainSettings:
 
 
 # ----------------------------------------------------------------------------- the stage
+@run_stage("explain")
 def explain(
     dataset: Dataset | str | Path,
     model: ModelSpec | LoadedModel | str | Path,
@@ -211,8 +212,10 @@ def explain(
         model: a :class:`curate.models.ModelSpec`, a loaded model, a model name, or a curate
             weights file.
         settings: :class:`ExplainSettings` (default: GradCAM, true class, the whole label space).
-        run_name: the run folder name (default ``explain-<method>-<model>-<UTC time>``).
-        overwrite: replace an existing run of the same name.
+        run_name: the run folder name (default ``explain-<method>-<model>-<UTC time>``); a finished
+            one is refused before any work unless ``overwrite``, an unfinished one (killed) replaced
+            (:func:`curate.stages.common.run_stage`).
+        overwrite: replace a finished run of the same name.
         progress: ``progress(done, total, message)``.
         mask_transform: custom ``(H, W) mask -> (h, w) bool`` (default: from the model's preprocessing).
 
@@ -236,7 +239,7 @@ def explain(
             model_spec=spec_of(model),
         )
     except BaseException:
-        _discard_if_empty(run_dir)
+        discard_if_empty(run_dir)
         raise
     run.write(run_dir)
     ds.record_provenance("explain", {"run": run_dir.name, "model": loaded.model_id, "method": run.method,
@@ -264,15 +267,6 @@ def _model_factory(spec: ModelSpec | None, loaded: LoadedModel, settings: Explai
     if settings.engine == "local" or spec is None or not spec.pretrained or not getattr(loaded, "cache_safe", False):
         return None
     return ModelFactory(spec.name, spec.pretrained, precision=settings.precision, expected_model_id=loaded.model_id)
-
-
-def _discard_if_empty(run_dir: Path) -> None:
-    """Remove a run folder this stage made and left empty (a failure before any file was written)."""
-    maps = run_dir / ExplainRun.MAPS
-    if maps.is_dir() and not any(maps.iterdir()):
-        maps.rmdir()
-    if run_dir.is_dir() and not any(run_dir.iterdir()):
-        run_dir.rmdir()
 
 
 def compute_explanations(

@@ -73,14 +73,14 @@ from curate.metrics.fidelity import (
     fidelity_curves,
     finetune,
     finetune_key,
+    finetune_steps,
     mean_curves,
     merge_curves,
     rank_methods,
     series_correlations,
     trust_vs_reference,
 )
-from curate.progress import Progress, report
-from curate.runs.base import RUNS_DIR, slug
+from curate.progress import Progress, phase, report
 from curate.runs.fidelity import (
     CurveSet,
     FidelityConfig,
@@ -89,7 +89,7 @@ from curate.runs.fidelity import (
     FinetuneCopy,
     FinetuneInfo,
 )
-from curate.stages.common import check_device, claim_run_dir, load_spec, model_identity
+from curate.stages.common import check_device, claim_run_dir, load_spec, model_identity, run_stage
 
 __all__ = [
     "DEFAULT_STATUSES",
@@ -314,6 +314,12 @@ def _explanations(name: str, loaded: Any, images: torch.Tensor, masks: torch.Ten
     return cache[key]
 
 
+def _phase_name(name: str, unit: str, number: int, count: int) -> str:
+    """A replicate's progress phase: ``name`` when there is one replicate, else ``"name unit k of n"``
+    (e.g. ``fine-tuning copy 2 of 3``)."""
+    return name if count == 1 else f"{name} {unit} {number} of {count}"
+
+
 def _interleave_classes(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Rows in round-robin order over classes (each class in dataset order)."""
     by: dict[int, list[dict[str, Any]]] = {}
@@ -342,8 +348,10 @@ def degraded_correlations(curves: Mapping[str, FidelityCurves]) -> dict[str, dic
 
 def _finetuned_copy(loaded: Any, original: torch.nn.Module, forward: Callable, images: torch.Tensor,
                     labels: list[int], key: str, path: Path, settings: FidelitySettings, epochs: int, seed: int,
-                    write_cache: bool) -> tuple[torch.nn.Module, bool]:
-    """The copy fine-tuned with ``seed`` (from the cache when there); returns it and whether it was cached."""
+                    write_cache: bool, progress: Callable[[int, int], None] | None = None
+                    ) -> tuple[torch.nn.Module, bool]:
+    """The copy fine-tuned with ``seed`` (from the cache when there); returns it and whether it was cached.
+    ``progress(done, total)`` counts optimisation steps; a cached copy reports all of them at once."""
     pick = _trainable(loaded)
     if loaded.cache_safe and path.exists():
         tuned = copy.deepcopy(original)
@@ -351,9 +359,12 @@ def _finetuned_copy(loaded: Any, original: torch.nn.Module, forward: Callable, i
         for name, value in torch.load(path, map_location=loaded.device, weights_only=True).items():
             params[name].data.copy_(value)
         tuned.eval()
+        if progress is not None:
+            steps = finetune_steps(len(images), epochs=epochs, batch_size=settings.batch_size)
+            progress(steps, steps)
         return tuned, True
     tuned = finetune(original, forward, images, labels, beta=settings.beta, epochs=epochs, lr=settings.finetune_lr,
-                     batch_size=settings.batch_size, params=pick, seed=seed)
+                     batch_size=settings.batch_size, params=pick, seed=seed, progress=progress)
     if write_cache and loaded.cache_safe:
         chosen = {id(p) for p in pick(tuned)}
         state = {n: p.detach().cpu() for n, p in tuned.named_parameters() if id(p) in chosen}
@@ -472,10 +483,10 @@ def compute_fidelity(dataset: Any, model: Any, settings: FidelitySettings | None
     copies: list[FinetuneCopy] = []
     cache: dict[str, torch.Tensor] = {}
     replicates: dict[str, list[FidelityCurves]] = {m: [] for m in plan.methods}
-    done, total = 0, len(seeds) * len(plan.methods)
+    total = len(plan.methods) * len(images)  # a replicate's scoring: images x methods, counted per batch
     timings["finetune_s"] = 0.0
-    for s in seeds:
-        # --- F-Fidelity's fine-tuned copy of this replicate, cached
+    for number, s in enumerate(seeds, 1):
+        # each replicate's fine-tuning and its scoring are phases of their own: each ends at n/n
         finetuned = None
         if plan.finetune_epochs > 0:
             t0 = time.perf_counter()
@@ -483,11 +494,10 @@ def compute_fidelity(dataset: Any, model: Any, settings: FidelitySettings | None
                                epochs=plan.finetune_epochs, lr=settings.finetune_lr, seed=s,
                                cache_safe=loaded.cache_safe)
             path = ds.root / "features" / "fidelity" / f"{key}.pt"
-            report(progress, len(copies), len(seeds), "fine-tuning")
+            steps = phase(progress, _phase_name("fine-tuning", "copy", number, len(seeds)))
             tuned, cached = _finetuned_copy(loaded, original, forward, images_all[:n_ft], lab_all[:n_ft], key, path,
-                                            settings, plan.finetune_epochs, s, write_cache)
+                                            settings, plan.finetune_epochs, s, write_cache, steps)
             copies.append(FinetuneCopy(s, key, str(path), cached))
-            report(progress, len(copies), len(seeds), "fine-tuning")
 
             def finetuned(x: torch.Tensor, tuned: torch.nn.Module = tuned) -> torch.Tensor:
                 return forward(tuned, x)
@@ -495,18 +505,21 @@ def compute_fidelity(dataset: Any, model: Any, settings: FidelitySettings | None
             timings["finetune_s"] += time.perf_counter() - t0
 
         # --- explanations and curves under this replicate
+        scoring, done = _phase_name("scoring", "replicate", number, len(seeds)), 0
+        report(progress, done, total, scoring)
         for method in plan.methods:
             t0 = time.perf_counter()
-            report(progress, done, total, "scoring")
             expl = _explanations(method, loaded, images, masks, cls_all[:n_eval], classifier, head_columns,
                                  settings.seed, s, bs, cache)
-            parts = [fidelity_curves(predict, images[i:i + bs], expl[i:i + bs], labels[i:i + bs], sparsities=plan.grid,
-                                     alpha=settings.alpha, beta=settings.beta, samples=settings.samples,
-                                     finetuned=finetuned, score=settings.score, metrics=plan.metrics, seed=s + i)
-                     for i in range(0, len(images), bs)]
+            parts = []
+            for i in range(0, len(images), bs):
+                parts.append(fidelity_curves(predict, images[i:i + bs], expl[i:i + bs], labels[i:i + bs],
+                                             sparsities=plan.grid, alpha=settings.alpha, beta=settings.beta,
+                                             samples=settings.samples, finetuned=finetuned, score=settings.score,
+                                             metrics=plan.metrics, seed=s + i))
+                done += len(labels[i:i + bs])
+                report(progress, done, total, scoring)
             replicates[method].append(merge_curves(parts))
-            done += 1
-            report(progress, done, total, "scoring")
             timings[f"{method}_s"] = timings.get(f"{method}_s", 0.0) + time.perf_counter() - t0
         finetuned = None
 
@@ -534,6 +547,7 @@ def compute_fidelity(dataset: Any, model: Any, settings: FidelitySettings | None
                        aucs_by_seed=aucs_by_seed, timings=timings)
 
 
+@run_stage("fidelity")
 def fidelity(dataset: Any, model: Any, settings: FidelitySettings | None = None, *, run_name: str | None = None,
              overwrite: bool = False, progress: Progress | None = None) -> FidelityRun:
     """Score saliency methods by Fid, R-Fid and F-Fid and write ``<dataset>/runs/<run_name>/``.
@@ -542,9 +556,13 @@ def fidelity(dataset: Any, model: Any, settings: FidelitySettings | None = None,
         dataset: the dataset folder (or a :class:`curate.store.Dataset`).
         model: a :class:`curate.models.ModelSpec`, a loaded model, a model name or a curate weights file.
         settings: :class:`FidelitySettings` (default: its defaults).
-        run_name: the run folder (default ``fidelity-<model>-<UTC time>``); an existing one is
-            refused before any work unless ``overwrite``.
-        progress: ``progress(done, total, message)`` (:mod:`curate.progress`).
+        run_name: the run folder (default ``fidelity-<model>-<UTC time>``); a finished one is
+            refused before any work unless ``overwrite``, an unfinished one (killed) replaced
+            (:func:`curate.stages.common.run_stage`).
+        progress: ``progress(done, total, message)`` (:mod:`curate.progress`); phases "decoding images"
+            (images), then per replicate "fine-tuning" (optimisation steps, one update per batch) and
+            "scoring" (images x methods, one update per batch), named "fine-tuning copy k of n" and
+            "scoring replicate k of n" when there are several seeds; each phase ends at ``n/n``.
 
     Returns the written :class:`curate.runs.fidelity.FidelityRun` (``run.run_dir`` set). The run's
     config names the model by its id and records what was passed (``model_identity``,
@@ -556,12 +574,6 @@ def fidelity(dataset: Any, model: Any, settings: FidelitySettings | None = None,
     settings = settings or FidelitySettings()
     _plan(settings)  # bad settings fail before the dataset is opened
     ds = open_masked_dataset(dataset)
-    if run_name is not None:
-        if not run_name or run_name != slug(run_name, limit=200) or run_name in (".", ".."):
-            raise ValueError(f"run name {run_name!r} must be a plain folder name of letters, digits, '.', '_' or '-'")
-        if (ds.root / RUNS_DIR / run_name).exists() and not overwrite:
-            raise FileExistsError(f"run {ds.root / RUNS_DIR / run_name} exists; choose another --run-name or pass "
-                                  "--overwrite")
     check_device(settings.device)
     loaded = load_spec(model, device=settings.device, precision=settings.precision)
     identity = model_identity(model, loaded)

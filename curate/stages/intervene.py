@@ -27,7 +27,11 @@ are skipped and counted by reason; nothing is half-written (``out`` is a dataset
 
 Everything is deterministic for a seed: a re-run with the same source, seed and settings writes
 the same image, mask and table bytes (into a new folder, or into the same one, where it adds
-nothing and rewrites the same record). ``out`` holding an intervention made otherwise is refused.
+nothing and rewrites the same record, also one a kill cut short). ``out`` holding an intervention
+made otherwise, or a dataset no intervention wrote, is refused. Until the record is written the
+folder's provenance entry carries ``unfinished``: the command that finishes it (:func:`finish_command`),
+which ``curate check`` and ``curate info`` print (:func:`curate.store.summary.unfinished`). The
+record's writer holds the run's lock (:func:`curate.runs.lock.run_lock`).
 """
 from __future__ import annotations
 
@@ -36,10 +40,11 @@ import hashlib
 import itertools
 import logging
 import os
+import shlex
 from collections import Counter, deque
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -48,10 +53,13 @@ from PIL import Image
 
 from curate.interventions import image_ops as ops
 from curate.interventions.plan import (
+    GHOST_VARIANTS,
+    MATCHES,
     Assignment,
     Source,
     adversarial_set,
     describe,
+    grid_mask,
     parse_variants,
     plan_donors,
     variant_rng,
@@ -59,12 +67,14 @@ from curate.interventions.plan import (
 from curate.licenses import RESTRICTED, normalize_license
 from curate.masks.sources import MaskCounts, mask_source, trusted_rows, untrusted_masks_message, usable_mask
 from curate.progress import Progress, report
-from curate.runs.base import CONFIG_FILE, RUNS_DIR, prepare_run_dir, read_config
+from curate.runs.base import CONFIG_FILE, RUNS_DIR, RunError, prepare_run_dir, read_config
 from curate.runs.interventions import InterventionRun, variants_table
+from curate.runs.lock import run_lock
 from curate.stages.common import open_dataset
 from curate.store.schema import sample_id_for
+from curate.store.summary import UNFINISHED_KEY
 
-__all__ = ["InterveneSettings", "intervene", "DEFAULT_RUN_NAME", "PROVENANCE_KEY"]
+__all__ = ["InterveneSettings", "intervene", "finish_command", "DEFAULT_RUN_NAME", "PROVENANCE_KEY"]
 
 logger = logging.getLogger(__name__)
 
@@ -74,6 +84,10 @@ DEFAULT_RUN_NAME = "intervene"
 PROVENANCE_KEY = "intervene"
 #: Donor only-bg images kept decoded at once (a photo is usually a donor for several others).
 DONOR_CACHE = 256
+#: The ghost control's reference fill, whatever ``fill`` is: the hole's bounding box tiled leaves no
+#: outline of the donor's object (an inpainted box would keep a blurred blob of it; measured in
+#: docs/interventions.md#the-ghost-control).
+UNGHOSTED_FILL = "box-tile"
 
 
 @dataclass(frozen=True)
@@ -85,8 +99,11 @@ class InterveneSettings:
     background set every object is tried on (0: none). ``hole_margin``: the hole's growth as a
     share of the image's shorter side (at least one pixel). ``sigma``: the noise's standard
     deviation on the [0, 1] pixel scale. ``per_cell``: at most this many photos per (class, group),
-    in a seeded order (None: all). ``match_pool``: donors are drawn among this many closest in
-    object size.
+    in a seeded order (None: all). ``match_pool``: donors are drawn among this many best matched.
+    ``fill``: how a hole is filled (:data:`curate.interventions.image_ops.FILLS`). ``match``: donors
+    by how much of their hole the object covers (``cover``) or by object size (``size``,
+    :func:`curate.interventions.plan.plan_donors`). ``max_uncovered``: a donor whose hole the object
+    leaves more than this share of is not used (None: no cap).
     """
 
     variants: tuple[str, ...] = field(default_factory=lambda: parse_variants(None))
@@ -98,6 +115,9 @@ class InterveneSettings:
     sigma: float = 0.25
     per_cell: int | None = None
     match_pool: int = 5
+    fill: str = "tile"
+    match: str = "cover"
+    max_uncovered: float | None = None
     statuses: tuple[str, ...] = ("candidate", "accepted")
     allow_model_masks: bool = False
     allow_restricted_licenses: bool = False
@@ -119,6 +139,12 @@ class InterveneSettings:
             raise ValueError(f"--per-cell must be >= 1, got {self.per_cell}")
         if self.match_pool < 1:
             raise ValueError(f"--match-pool must be >= 1, got {self.match_pool}")
+        if self.fill not in ops.FILLS:
+            raise ValueError(f"--fill must be one of {', '.join(ops.FILLS)}, got {self.fill!r}")
+        if self.match not in MATCHES:
+            raise ValueError(f"--donor-match must be one of {', '.join(MATCHES)}, got {self.match!r}")
+        if self.max_uncovered is not None and not 0.0 <= self.max_uncovered <= 1.0:
+            raise ValueError(f"--max-uncovered is a share of the donor's hole in [0, 1], got {self.max_uncovered}")
 
     def to_dict(self) -> dict[str, Any]:
         """The settings that decide the images (``workers`` does not, so it is not recorded)."""
@@ -137,6 +163,7 @@ class _Photo:
     mask: np.ndarray
     hole: np.ndarray
     filled: ops.Filled | None  # None: the object covers the whole image
+    unghosted: ops.Filled | None = None  # the hole's bounding box filled (swap-unghosted donors only)
 
 
 def _groups(ds: Any, rows: list[dict[str, Any]], split: str | None) -> dict[str, str | None]:
@@ -189,8 +216,9 @@ def _cap(rows: list[dict[str, Any]], per_cell: int, seed: int) -> list[dict[str,
     return sorted((r for members in cells.values() for r in members[:per_cell]), key=lambda r: r["sample_id"])
 
 
-def _load(ds: Any, row: dict[str, Any], margin_share: float) -> _Photo:
-    """Decode a photo and make its hole and only-bg (raises OSError / ValueError when it cannot)."""
+def _load(ds: Any, row: dict[str, Any], margin_share: float, fill: str = "tile", unghosted: bool = False) -> _Photo:
+    """Decode a photo and make its hole and only-bg (raises OSError / ValueError when it cannot);
+    with ``unghosted`` also its background with the hole's bounding box tiled (:data:`UNGHOSTED_FILL`)."""
     with Image.open(ds.image_path(row)) as opened:
         image = np.asarray(opened.convert("RGB"))
     mask, reason = usable_mask(ds, row)
@@ -199,8 +227,9 @@ def _load(ds: Any, row: dict[str, Any], margin_share: float) -> _Photo:
     if mask.shape != image.shape[:2]:
         raise ValueError("mask_size")
     hole = ops.object_hole(mask, ops.hole_margin(mask.shape, margin_share) if margin_share > 0 else 0)
-    filled = None if hole.all() else ops.fill_hole(image, hole)
-    return _Photo(row, image, mask, hole, filled)
+    filled = None if hole.all() else ops.fill_hole(image, hole, fill)
+    boxed = ops.fill_hole(image, hole, UNGHOSTED_FILL) if unghosted and filled is not None else None
+    return _Photo(row, image, mask, hole, filled, boxed)
 
 
 def _identity(ds: Any, settings: InterveneSettings) -> dict[str, Any]:
@@ -218,16 +247,56 @@ def _open_out(ds: Any, out: Path, identity: dict[str, Any], run_name: str) -> An
     target = Dataset.open(out)
     if target.label_space.names != ds.label_space.names:
         raise DatasetError(f"{out} has another label space than {ds.root}; write the variants into a new folder")
-    recorded = dict(target.provenance.get(PROVENANCE_KEY) or {})
-    recorded = {k: v for k, v in recorded.items() if k not in ("recorded_at", "curate_version", "run", "counts")}
+    entry = dict(target.provenance.get(PROVENANCE_KEY) or {})
+    if len(target) and not entry:
+        raise DatasetError(f"{out} is a dataset of {len(target)} samples, not an intervention folder (no `curate "
+                           "intervene` wrote it); write the variants into a new folder")
+    recorded = {k: v for k, v in entry.items() if k not in ("recorded_at", "curate_version", "run", "counts",
+                                                             UNFINISHED_KEY)}
     if len(target) and recorded != identity:
         changed = sorted(k for k in set(recorded) | set(identity) if recorded.get(k) != identity.get(k))
         raise DatasetError(f"{out} holds an intervention made with other settings or from another folder ({changed}); "
                            "write into a new folder (images of two interventions would be scored together)")
     config = out / RUNS_DIR / run_name / CONFIG_FILE
-    if config.is_file() and read_config(config.parent).get("kind") != InterventionRun.KIND:
-        raise DatasetError(f"{config.parent} is another kind of run; choose another --run-name")
+    if config.is_file():
+        try:
+            kind = read_config(config.parent).get("kind")
+        except RunError as error:  # torn by a kill or a full disk: this intervention's own record is rewritten
+            if entry.get("run") != run_name:
+                raise DatasetError(f"{config.parent} is a damaged run that is not this intervention's record ({error}); "
+                                   "choose another --run-name") from None
+            kind = InterventionRun.KIND
+        if kind != InterventionRun.KIND:
+            raise DatasetError(f"{config.parent} is another kind of run; choose another --run-name")
     return target
+
+
+def finish_command(source: Path, out: Path, settings: InterveneSettings, run_name: str = DEFAULT_RUN_NAME) -> str:
+    """The ``curate intervene`` command line that makes, or finishes, this intervention: absolute
+    folders and every setting that is not the default (the settings only Python sets, ``match_pool``
+    and ``statuses``, are named after it when they are not the default)."""
+    default = InterveneSettings()
+    words = ["curate", "intervene", str(Path(source).resolve()), "--out", str(Path(out).resolve())]
+    if settings.split:
+        words += ["--split", settings.split]
+    if settings.variants != default.variants:
+        implied = GHOST_VARIANTS if "swap" in settings.variants else ()  # a swap brings its ghost control
+        words += ["--variants", ",".join(v for v in settings.variants if v != "original" and v not in implied)
+                  or "original"]
+    for option in ("seed", "swaps", "adversarial_backgrounds", "hole_margin", "sigma", "per_cell", "fill",
+                   "max_uncovered"):
+        if getattr(settings, option) != getattr(default, option):
+            words += [f"--{option.replace('_', '-')}", str(getattr(settings, option))]
+    for flag in ("allow_model_masks", "allow_restricted_licenses"):
+        if getattr(settings, flag):
+            words.append(f"--{flag.replace('_', '-')}")
+    if run_name != DEFAULT_RUN_NAME:
+        words += ["--run-name", run_name]
+    if settings.match != default.match:
+        words += ["--donor-match", settings.match]
+    python_only = [f"{k}={getattr(settings, k)!r}" for k in ("match_pool", "statuses")
+                   if getattr(settings, k) != getattr(default, k)]
+    return shlex.join(words) + (f" (InterveneSettings: {', '.join(python_only)})" if python_only else "")
 
 
 def intervene(dataset: Any, out: str | Path, settings: InterveneSettings | None = None, *, run_name: str | None = None,
@@ -261,11 +330,24 @@ def intervene(dataset: Any, out: str | Path, settings: InterveneSettings | None 
     adversarial = adversarial_set(sources, settings.adversarial_backgrounds if "adversarial" in settings.variants else 0,
                                   settings.seed)
     plan, missing = plan_donors(sources, settings.variants, seed=settings.seed, swaps=settings.swaps,
-                                match_pool=settings.match_pool, adversarial=adversarial)
+                                match_pool=settings.match_pool, adversarial=adversarial, match=settings.match,
+                                max_uncovered=settings.max_uncovered)
     target = _open_out(ds, out, identity, name)
+    with run_lock(target.root, name, purpose="intervene"):  # one writer of the folder's record at a time
+        return _make(ds, target, settings, name, identity, sources, photos_ok, plan, missing, adversarial, skipped,
+                     masks, progress)
+
+
+def _make(ds: Any, target: Any, settings: InterveneSettings, name: str, identity: dict[str, Any],
+          sources: list[Source], photos_ok: list[dict[str, Any]], plan: list[Assignment], missing: dict[str, int],
+          adversarial: list[Source], skipped: Counter, masks: MaskCounts, progress: Progress | None
+          ) -> InterventionRun:
+    """Write the images into ``target`` and then the record (:func:`intervene`, under the run's lock)."""
     # the folder's identity before its first image: an interrupted run (images committed, no record)
-    # is then recognised, and finished, by the same call
-    target.record_provenance(PROVENANCE_KEY, {**identity, "run": name})
+    # is then recognised, and finished, by the same call; until the record is written the folder
+    # says it is unfinished and how to finish it (`curate check`, `curate info`)
+    target.record_provenance(PROVENANCE_KEY, {**identity, "run": name,
+                                              UNFINISHED_KEY: finish_command(ds.root, target.root, settings, name)})
     by_source: dict[str, list[Assignment]] = {}
     for assignment in plan:
         by_source.setdefault(assignment.source.sample_id, []).append(assignment)
@@ -338,9 +420,9 @@ def _sources(ds: Any, rows: list[dict[str, Any]], settings: InterveneSettings, s
             skipped["image_unreadable"] += 1
             continue
         margin = ops.hole_margin(mask.shape, margin_share) if margin_share > 0 else 0
-        can_donate = not ops.object_hole(mask, margin).all()
+        hole = ops.object_hole(mask, margin)
         sources.append(Source(row["sample_id"], int(row["class_index"]), str(row["group"]), str(row["license"]),
-                              ops.area_fraction(mask), can_donate))
+                              ops.area_fraction(mask), not hole.all(), grid_mask(mask), grid_mask(hole)))
         ok.append(row)
     return sources, ok
 
@@ -354,7 +436,8 @@ class _Maker:
 
     def _photo(self, sample_id: str) -> _Photo | str:
         try:
-            return _load(self.ds, self.rows[sample_id], self.settings.hole_margin)
+            return _load(self.ds, self.rows[sample_id], self.settings.hole_margin, self.settings.fill,
+                         "swap-unghosted" in self.settings.variants)
         except (OSError, ValueError, Image.DecompressionBombError) as error:
             text = str(error)
             return text if text in ("mask_size", "mask_missing", "empty_mask") else f"image_unreadable: {text}"
@@ -391,7 +474,7 @@ class _Maker:
                                    filled=(filled.fraction, filled.method), with_mask=False)
             if "paste" in variants:
                 pasted = ops.paste(photo.image, photo.mask, filled.image)
-                ring = float((photo.hole & ~photo.mask).mean())
+                ring = float((_filled_region(photo) & ~photo.mask).mean())
                 yield self._sample(photo, "paste", ops.png_bytes(pasted), None, photo.row["background"], None,
                                    filled=(ring, filled.method))
         if "noise-fg" in variants or "noise-bg" in variants:
@@ -401,22 +484,44 @@ class _Maker:
                     noisy = ops.gaussian_noise(photo.image, region, self.settings.sigma, rng)
                     yield self._sample(photo, variant, ops.png_bytes(noisy), None, photo.row["background"], None)
         for assignment in assignments:
-            made = self._donor_image(photo, assignment, skipped)
-            if made is not None:
-                yield made
+            yield from self._donor_images(photo, assignment, skipped)
 
-    def _donor_image(self, photo: _Photo, assignment: Assignment, skipped: Counter) -> tuple[Any, dict[str, Any]] | None:
+    def _donor_images(self, photo: _Photo, assignment: Assignment, skipped: Counter
+                      ) -> Iterator[tuple[Any, dict[str, Any]]]:
+        """The donor variant's image and, beside a hard photo's swap, its ghost control on the same
+        donor: ``ghost`` (the donor's only-bg as it enters the swap, nothing pasted), ``ghost-neutral``
+        (the object's mask in the background's mean colour) and ``swap-unghosted`` (the object on the
+        donor's background with the hole's bounding box filled: no outline of the donor's object)."""
         donor = self.photo(assignment.donor.sample_id)
         if isinstance(donor, str) or donor.filled is None:
             skipped[f"donor_unusable:{assignment.variant}"] += 1
-            return None
+            return
         shape = photo.mask.shape
         background = ops.fit_background(donor.filled.image, shape)
         hole = ops.fit_mask(donor.hole, shape)
-        image = ops.paste(photo.image, photo.mask, background)
-        fraction = float((hole & ~photo.mask).mean())
-        return self._sample(photo, assignment.variant, ops.png_bytes(image), assignment, donor.row["background"],
-                            donor.row, filled=(fraction, donor.filled.method))
+        fraction = float((ops.fit_mask(_filled_region(donor), shape) & ~photo.mask).mean())
+        uncovered = ops.uncovered_fraction(hole, photo.mask)
+        made = [(assignment.variant, ops.paste(photo.image, photo.mask, background), fraction, donor.filled.method)]
+        if assignment.variant == "swap" and photo.row["group"] == "hard":
+            wanted = [v for v in GHOST_VARIANTS if v in self.settings.variants]
+            if "ghost" in wanted:
+                made.append(("ghost", background, float(hole.mean()), donor.filled.method))
+            if "ghost-neutral" in wanted:
+                made.append(("ghost-neutral", ops.neutral_object(background, photo.mask), fraction,
+                             donor.filled.method))
+            if "swap-unghosted" in wanted and donor.unghosted is not None:
+                boxed = ops.fit_background(donor.unghosted.image, shape)
+                box = ops.fit_mask(ops.box_hole(donor.hole), shape)
+                made.append(("swap-unghosted", ops.paste(photo.image, photo.mask, boxed),
+                             float((box & ~photo.mask).mean()), donor.unghosted.method))
+        for variant, image, filled, method in made:
+            # the ghost shows the donor's pixels only: its licence is the donor's (two photos may share it)
+            planned = replace(assignment, license=donor.row["license"]) if variant == "ghost" else assignment
+            sample, row = self._sample(photo, variant, ops.png_bytes(image), planned, donor.row["background"],
+                                       donor.row, filled=(filled, method),
+                                       with_mask=variant not in ("ghost", "ghost-neutral"))
+            row["uncovered"] = uncovered
+            yield sample, row
 
     def _sample(self, photo: _Photo, variant: str, data: bytes, assignment: Assignment | None, background: str | None,
                 donor_row: dict[str, Any] | None, *, filled: tuple[float, str] | None = None,
@@ -458,6 +563,12 @@ class _Maker:
                      **({key: value for key, value in describe(assignment).items() if key not in ("k", "license")}
                         if assignment is not None else {})}
         return sample, table_row
+
+
+def _filled_region(photo: _Photo) -> np.ndarray:
+    """The pixels of the photo's only-bg that were filled: its hole, or the hole's box for a ``box-`` fill."""
+    boxed = photo.filled is not None and photo.filled.method.startswith("box-")
+    return ops.box_hole(photo.hole) if boxed else photo.hole
 
 
 def _added_at(row: dict[str, Any]) -> Any:

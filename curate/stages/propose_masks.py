@@ -22,7 +22,12 @@ Batches run on the engine seam (:mod:`curate.engine`: one model load per worker;
 load the model from its folders, the driver loads nothing). Each finished batch is written at
 once (its masks into the dataset in ONE table commit, :meth:`curate.store.Dataset.set_masks`,
 and its rows to ``runs/<name>/parts/``), so an interrupted run keeps its finished masks and
-the same ``run_name`` resumes it, proposing only the rest.
+the same ``run_name`` resumes it, proposing only the rest. The run's lock
+(:func:`curate.runs.lock.run_lock`) is held from before the folder is looked at until the record
+is written, so a second writer of a live run is refused instead of resuming into it; a damaged
+``pending.json`` is reported as such (``overwrite`` restarts the run). With no sample in scope
+nothing is loaded or written (a ValueError says what left the samples out): an empty run would
+be the newest and hide the last real one from ``--measure``.
 
 :func:`measure_masks` scores a run's proposals against human or exact masks (mean IoU, IoU >= 0.5
 / 0.75, boundary F, beside the centre-box and whole-image baselines) and counts the reviewers'
@@ -34,6 +39,7 @@ import io
 import logging
 import time
 from collections import Counter
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -44,8 +50,17 @@ from curate.engine import make_engine
 from curate.jsonio import read_json, write_json
 from curate.masks.sources import MASK_RUN_KEY, MASK_SCORE_KEY, REJECTED_STATUS, mask_source, model_status
 from curate.progress import Progress, report
-from curate.runs.base import CONFIG_FILE, RUNS_DIR, prepare_run_dir, read_parquet, unique_run_name, write_bytes
+from curate.runs.base import (
+    CONFIG_FILE,
+    RUNS_DIR,
+    RunError,
+    prepare_run_dir,
+    read_parquet,
+    unique_run_name,
+    write_bytes,
+)
 from curate.runs.base import run_name as default_run_name
+from curate.runs.lock import run_lock
 from curate.runs.masks import MaskRun, proposals_table
 from curate.stages.common import check_device, open_dataset
 from curate.store.atomic import atomic_write_beside, durability_barrier
@@ -55,9 +70,10 @@ __all__ = ["ProposeMasksSettings", "propose_masks", "measure_masks", "DEFAULT_PR
 logger = logging.getLogger(__name__)
 
 #: Default text per backend: SAM 3 (and Grounding DINO, see _prompt_template) a noun phrase;
-#: CLIPSeg, CAM and OWLv2 a CLIP-style sentence (their text towers were trained on captions).
+#: CLIPSeg, CAM and OWLv2 a CLIP-style sentence (their text towers were trained on captions);
+#: a salient-object model reads no text (the bare class name is recorded, not used).
 DEFAULT_PROMPTS: dict[str, str] = {"clipseg": "a photo of a {}.", "cam": "a photo of a {}.", "sam3": "{}",
-                                   "grounded": "a photo of a {}."}
+                                   "grounded": "a photo of a {}.", "salient": "{}"}
 #: The file that marks an unfinished run as resumable: the model and settings it was started with.
 PENDING_FILE = "pending.json"
 #: Samples (or seconds) between two commits of proposals into the dataset: a commit rewrites
@@ -195,32 +211,56 @@ def _tuned_on(info: dict[str, Any]) -> list[str]:
     return sorted(ids)
 
 
-def _claim(root: Path, run_name: str | None, label: str, overwrite: bool, pending: dict[str, Any]
-           ) -> tuple[Path, bool]:
-    """The run folder and whether it resumes an interrupted run of the same model and settings."""
-    if run_name:
-        path = root / RUNS_DIR / run_name
-        if path.is_dir() and not (path / CONFIG_FILE).is_file() and (path / PENDING_FILE).is_file() and not overwrite:
-            try:
-                before = read_json(path / PENDING_FILE)
-            except ValueError:
-                before = None
-            if isinstance(before, dict) and {k: before.get(k) for k in pending} == pending:
-                return path, True
-            raise FileExistsError(f"run {path} is an unfinished run of another model or other settings; choose "
-                                  "another --run-name or pass --overwrite")
-        path = prepare_run_dir(root, run_name, overwrite=overwrite)
-        if overwrite:
-            # the commit marker goes first: an overwrite interrupted from here on is an
-            # unfinished run, never the old record mixed with new masks
-            for stale_file in (path / CONFIG_FILE, path / MaskRun.PROPOSALS, path / PENDING_FILE):
-                stale_file.unlink(missing_ok=True)
-            for stale in (path / MaskRun.PARTS, path / MaskRun.MASKS):
-                if stale.is_dir():
-                    for file in stale.iterdir():
-                        file.unlink()
-        return path, False
-    return prepare_run_dir(root, unique_run_name(root, default_run_name("masks", label))), False
+def _resumable(root: Path, run_name: str | None, overwrite: bool) -> bool:
+    """Whether ``runs/<run_name>`` is an unfinished run (no ``config.json``, a ``pending.json``)
+    that the same model and settings would resume (checked under the run's lock)."""
+    if not run_name or overwrite:
+        return False
+    path = root / RUNS_DIR / run_name
+    return path.is_dir() and not (path / CONFIG_FILE).is_file() and (path / PENDING_FILE).is_file()
+
+
+def _claim(root: Path, name: str, overwrite: bool, pending: dict[str, Any]) -> tuple[Path, dict[str, Any] | None]:
+    """The run folder and, when it resumes an interrupted run of the same model and settings, that
+    run's ``pending.json`` (else None). The caller holds the run's lock (:func:`curate.runs.lock.run_lock`)."""
+    path = root / RUNS_DIR / name
+    if _resumable(root, name, overwrite):
+        try:
+            before = read_json(path / PENDING_FILE)
+        except ValueError as error:
+            before = error
+        if not isinstance(before, dict):  # a run killed while writing it, or a hand edit
+            why = before if isinstance(before, ValueError) else f"{path / PENDING_FILE} holds no JSON object"
+            raise RunError(f"run {path} is unfinished and its record of what it was started with is damaged "
+                           f"({why}); pass --overwrite to restart it (the masks it applied stay in the dataset)")
+        if {k: before.get(k) for k in pending} == pending:
+            return path, before
+        raise FileExistsError(f"run {path} is an unfinished run of another model or other settings; choose "
+                              "another --run-name or pass --overwrite")
+    path = prepare_run_dir(root, name, overwrite=overwrite)
+    if overwrite:
+        # the commit marker goes first: an overwrite interrupted from here on is an
+        # unfinished run, never the old record mixed with new masks
+        for stale_file in (path / CONFIG_FILE, path / MaskRun.PROPOSALS, path / PENDING_FILE):
+            stale_file.unlink(missing_ok=True)
+        for stale in (path / MaskRun.PARTS, path / MaskRun.MASKS):
+            if stale.is_dir():
+                for file in stale.iterdir():
+                    file.unlink()
+    return path, None
+
+
+def _nothing_in_scope(root: Path, skipped: dict[str, int], settings: ProposeMasksSettings) -> str:
+    """Why no run is written: no sample is in scope, and what would bring some into it."""
+    why = ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in skipped.items() if v) or "the folder has no samples"
+    hints = []
+    if skipped.get("has_mask") and settings.only_missing:
+        hints.append("without --only-missing every sample is proposed for (beside a human or exact mask the "
+                     "proposal stays in the run, for --measure)")
+    if skipped.get("rejected_proposal") and not settings.retry_rejected:
+        hints.append("--retry-rejected proposes again where reviewers rejected a proposal")
+    return (f"nothing to propose in {root}: no sample is in scope ({why}); no run was written"
+            + (f" ({'; '.join(hints)})" if hints else ""))
 
 
 def propose_masks(
@@ -232,15 +272,18 @@ def propose_masks(
     Args:
         dataset: a :class:`curate.store.Dataset` or its folder.
         model: a mask model spec (``clipseg:PATH``, ``sam3:PATH``, ``sam:PATH+owlv2:PATH``,
-            ``sam:PATH+grounding-dino:PATH``, ``cam:<clip spec>``) or a loaded proposer.
+            ``sam:PATH+grounding-dino:PATH``, ``cam:<clip spec>``, ``salient:PATH.onnx``) or a loaded
+            proposer.
         settings: :class:`ProposeMasksSettings`.
         run_name: the run folder's name (default ``masks-<model>-<time>``); an unfinished run of
             that name with the same model and settings is resumed.
         overwrite: replace a finished run of that name.
         progress: :class:`curate.progress.Progress` (phase "proposing masks").
-    """
-    from curate.engine.base import BatchJob, DecodeImages
 
+    Raises:
+        ValueError: no sample is in scope (nothing is written); bad settings.
+        RunLockedError: another live process writes the run of that name.
+    """
     settings = settings or ProposeMasksSettings()
     if not 0.0 <= settings.threshold <= 1.0:
         raise ValueError(f"--threshold must be in [0, 1], got {settings.threshold}")
@@ -251,8 +294,22 @@ def propose_masks(
     check_device(settings.device)
     engine = make_engine(settings.engine, workers=settings.workers, ray_address=settings.ray_address,
                          gpus_per_worker=settings.gpus_per_worker)
-    remote = getattr(engine, "name", "local") != "local"
     ds = open_dataset(dataset)
+    with ExitStack() as held:  # the run's lock, released however the run ends
+        return _propose(ds, model, settings, engine, run_name, overwrite, progress, held)
+
+
+def _propose(ds: Any, model: Any, settings: ProposeMasksSettings, engine: Any, run_name: str | None,
+             overwrite: bool, progress: Progress | None, held: ExitStack) -> MaskRun:
+    """:func:`propose_masks` once its arguments are checked; run locks go on ``held``."""
+    from curate.engine.base import BatchJob, DecodeImages
+
+    remote = getattr(engine, "name", "local") != "local"
+    if run_name:  # locked before the folder is looked at: a live run is never taken for an interrupted one
+        held.enter_context(run_lock(ds.root, run_name, purpose="propose-masks"))
+    fresh = None if _resumable(ds.root, run_name, overwrite) else _scope(ds.rows(), settings)
+    if fresh is not None and not fresh[0]:  # nothing to do: no run (an empty one would hide the last real one)
+        raise ValueError(_nothing_in_scope(ds.root, fresh[1], settings))
     proposer, spec_text, model_id, info, backend = _resolve_model(model, settings, remote)
     template = _prompt_template(settings, backend, spec_text)
     status = model_status(model_id)
@@ -260,12 +317,15 @@ def propose_masks(
     pending = {"model_id": model_id, "settings": {k: v for k, v in config_settings.items()
                                                   if k not in ("workers", "engine", "ray_address", "gpus_per_worker",
                                                                "device", "batch_size")}}
-    run_dir, resumed = _claim(ds.root, run_name, model_id.split("@")[0], overwrite, pending)
-    if resumed:  # the scope the run started with (the first attempt changed the folder since)
-        started_with = read_json(run_dir / PENDING_FILE)
+    name = run_name or unique_run_name(ds.root, default_run_name("masks", model_id.split("@")[0]))
+    if not run_name:
+        held.enter_context(run_lock(ds.root, name, purpose="propose-masks"))
+    run_dir, started_with = _claim(ds.root, name, overwrite, pending)
+    resumed = started_with is not None
+    if started_with is not None:  # the scope the run started with (the first attempt changed the folder since)
         scope_ids, skipped = list(started_with.get("scope") or []), dict(started_with.get("skipped") or {})
     else:
-        scope_rows, skipped = _scope(ds.rows(), settings)
+        scope_rows, skipped = fresh if fresh is not None else _scope(ds.rows(), settings)
         scope_ids = [r["sample_id"] for r in scope_rows]
         write_json(run_dir / PENDING_FILE, {**pending, "scope": scope_ids, "skipped": skipped})
     (run_dir / MaskRun.PARTS).mkdir(exist_ok=True)

@@ -42,15 +42,24 @@ import numpy as np
 
 from curate.jsonio import json_safe
 from curate.models.spec import ModelSpec
-from curate.progress import Progress
-from curate.runs.base import RUNS_DIR, unique_run_name
+from curate.progress import Progress, report
+from curate.runs.base import discard_if_empty, unique_run_name
 from curate.runs.base import run_name as default_run_name
 from curate.runs.evaluation import EvaluationRun
 from curate.runs.split import LabelSources, SplitClass, SplitReference, SplitRun
+from curate.shell import suggest
 from curate.split.discovery import SplitRule, discover, group_assignments
 from curate.split.pins import load_pins
 from curate.split.tables import write_figures
-from curate.stages.common import check_device, claim_run_dir, identity_label, model_identity, open_dataset, spec_of
+from curate.stages.common import (
+    check_device,
+    claim_run_dir,
+    identity_label,
+    model_identity,
+    open_dataset,
+    run_stage,
+    spec_of,
+)
 
 __all__ = ["SplitSettings", "split"]
 
@@ -124,10 +133,13 @@ def _nothing_to_split(ds) -> str:
         return head + "the dataset has no samples; collect some first (curate collect ...)"
     labelled = [r for r in rows if r["background"] is not None]
     accepted = sum(1 for r in rows if r["status"] == "accepted")
+    review, tags, pull, studio = (suggest("curate review {verb} {dir}", verb=verb, dir=root)
+                                  for verb in ("fiftyone", "tags", "pull", "labelstudio"))
     if not labelled:
         return head + (f"no sample has a background label ({len(rows)} sample(s), {accepted} accepted); label "
-                       f"backgrounds first: `curate label-backgrounds {root} --model ...` proposes labels for people "
-                       f"to check in review (curate review fiftyone {root}), where backgrounds can also be set by hand")
+                       f"backgrounds first: `{suggest('curate label-backgrounds {dir} --model ...', dir=root)}` "
+                       f"proposes labels for people to check in review ({review}), where backgrounds can also be set "
+                       "by hand")
     ready = [r for r in labelled if r["status"] == "accepted"]
     if not ready:
         statuses = Counter(r["status"] for r in labelled)
@@ -135,9 +147,9 @@ def _nothing_to_split(ds) -> str:
         text = head + (f"{len(labelled)} sample(s) have a background label but none is accepted "
                        f"({', '.join(f'{n} {status}' for status, n in statuses.most_common())}); the split uses "
                        "accepted samples only (papers/003 §2.1; it has no option to include candidates). Accept them "
-                       f"in review: `curate review fiftyone {root}`, tag them `accept` (`curate review tags {root}` "
-                       f"lists the tags), then `curate review pull {root}`; or `curate review labelstudio {root} "
-                       "--url ...`; or in Python ds.update(sample_ids, {'status': 'accepted'}, actor=..., reason=...)")
+                       f"in review: `{review}`, tag them `accept` (`{tags}` lists the tags), then `{pull}`; or "
+                       f"`{studio} --url ...`; "
+                       "or in Python ds.update(sample_ids, {'status': 'accepted'}, actor=..., reason=...)")
         if made:
             text += (f". {made} of these labels were made by a model (curate label-backgrounds): check them in the "
                      "same review, or the split will refuse them unless --allow-model-backgrounds")
@@ -146,18 +158,27 @@ def _nothing_to_split(ds) -> str:
                    "in review (curate review fiftyone)")
 
 
-def _reference_runs(ds, models: Sequence[ModelSpec | Any], settings: SplitSettings, progress) -> list[EvaluationRun]:
-    """Evaluate each reference (a spec or a loaded model) with the paper's setting."""
+def _reference_runs(ds, models: Sequence[ModelSpec | Any], settings: SplitSettings, progress: Progress | None,
+                    images: int) -> list[EvaluationRun]:
+    """Evaluate each reference (a spec or a loaded model) with the paper's setting.
+
+    Progress: one phase per reference, "reference model" ("reference model k of n" for several),
+    counting the split's ``images``: 0 before its evaluation (whose own phases, "encoding images"
+    when some image is not in the feature cache, come inside it), ``images`` after it (the split
+    then checks that each of them has a prediction)."""
     from curate.stages.evaluate import EvalSettings, evaluate
 
     label_space = "imagenet1k" if ds.label_space.is_builtin else "dataset"
     runs = []
-    for model in models:
+    for number, model in enumerate(models, 1):
+        message = "reference model" if len(models) == 1 else f"reference model {number} of {len(models)}"
+        report(progress, 0, images, message)
         eval_settings = EvalSettings(label_space=label_space, prompts="simple", statuses=("accepted",),
                                      device=settings.device, precision=settings.precision,
                                      batch_size=settings.batch_size, seed=settings.seed)
         name = unique_run_name(ds.root, default_run_name("split-ref", _label(model)))
         runs.append(evaluate(ds, model, eval_settings, run_name=name, progress=progress))
+        report(progress, images, images, message)
     return runs
 
 
@@ -184,6 +205,7 @@ def _correctness(runs: Sequence[EvaluationRun], sample_ids: list[str],
     return np.array(rows, dtype=np.float64), info
 
 
+@run_stage("split")
 def split(
     dataset: Any, model: ModelSpec | Any | Sequence[ModelSpec | Any] | None, settings: SplitSettings | None = None, *,
     run_name: str | None = None, overwrite: bool = False, progress: Progress | None = None,
@@ -196,16 +218,19 @@ def split(
             model (``curate.load_model(...)``), a list of them (mean accuracy), or ``None`` when
             ``settings.predictions`` name finished evaluation runs.
         settings: :class:`SplitSettings` (default: the paper's rule, 10 images per background).
-        run_name: the run folder (default ``split-<references>-<UTC time>``); an existing one is
-            refused unless ``overwrite``.
-        progress: :class:`curate.progress.Progress` (the reference evaluations' phases).
+        run_name: the run folder (default ``split-<references>-<UTC time>``); a finished one is
+            refused before any work unless ``overwrite``, an unfinished one (killed) replaced
+            (:func:`curate.stages.common.run_stage`).
+        progress: :class:`curate.progress.Progress`: per reference evaluated now, a phase "reference
+            model" counting the split's images it scored (ends at n/n), with the evaluation's own
+            phases inside it.
     Raises:
         TypeError: a reference that is neither a spec, a name, a file nor a loaded model (no model id).
         ValueError: no reference, no usable sample (the message says whether the background labels,
             the accepted status or the class is missing), model-made background labels without
             ``allow_model_backgrounds``, or a prediction run that misses samples.
         FileNotFoundError / RunError: a ``predictions`` name that is not a finished evaluation run.
-        FileExistsError: ``run_name`` exists and ``overwrite`` is not set.
+        FileExistsError: ``run_name`` is a finished run and ``overwrite`` is not set.
     """
     settings = settings or SplitSettings()
     rule = settings.rule
@@ -226,10 +251,9 @@ def split(
             "(curate review) or pass --allow-model-backgrounds (allow_model_backgrounds=True) to split on them anyway")
     runs = [EvaluationRun.finished(ds.root, name) for name in settings.predictions]
     label = "-".join([_label(s) for s in specs] + [r.model_label for r in runs])[:40] or "run"
-    existed = bool(run_name) and (ds.root / RUNS_DIR / str(run_name)).exists()
     run_dir = claim_run_dir(ds.root, run_name, "split", label, overwrite=overwrite)
     try:
-        runs += _reference_runs(ds, specs, settings, progress)
+        runs += _reference_runs(ds, specs, settings, progress, len(rows))
         ids = [r["sample_id"] for r in rows]
         classes = [int(r["class_index"]) for r in rows]
         backgrounds = [r["background"] for r in rows]
@@ -248,8 +272,7 @@ def split(
         write_figures(run_dir, record.kept)  # the stage's: the record imports no figure code
         record.write(run_dir)  # the tables, then config.json (the commit marker) last
     except BaseException:
-        if not existed and run_dir.is_dir() and not any(run_dir.iterdir()):
-            run_dir.rmdir()  # nothing was written: leave no empty folder that would block the name
+        discard_if_empty(run_dir)  # nothing was written: leave no folder
         raise
     if per_sample:
         ds.update(list(per_sample), per_sample=per_sample, actor="split", reason="spurious discovery (papers/003 §2.1)")

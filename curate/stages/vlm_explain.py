@@ -30,7 +30,7 @@ import numpy as np
 from curate.models.spec import ModelSpec
 from curate.progress import Progress, phase, report
 from curate.runs.vlm_explain import VlmExplainRun, explanations_schema
-from curate.stages.common import claim_run_dir, model_identity, open_dataset, spec_of
+from curate.stages.common import claim_run_dir, model_identity, open_dataset, run_stage, spec_of
 from curate.vlm_quality.cache import CACHE_DIR, RoleCache
 from curate.vlm_quality.contrastiveness import mask_options
 from curate.vlm_quality.prompts import ExplainPrompts
@@ -38,7 +38,7 @@ from curate.vlm_quality.roles import BackendPool, ImageRef, parse_role_spec
 
 log = logging.getLogger(__name__)
 
-__all__ = ["VlmExplainSettings", "vlm_explain", "parse_answer", "ANSWER_MODES", "select_rows", "refuse_existing_run"]
+__all__ = ["VlmExplainSettings", "vlm_explain", "parse_answer", "ANSWER_MODES", "select_rows"]
 
 ANSWER_MODES = ("generate", "likelihood")
 _ARTICLE = re.compile(r"^(?:a|an|the)\s+", re.IGNORECASE)
@@ -111,14 +111,6 @@ def select_rows(rows: list[dict[str, Any]], limit: int | None) -> list[dict[str,
     return out
 
 
-def refuse_existing_run(root: Any, run_name: str | None, overwrite: bool) -> None:
-    """Refuse an existing ``run_name`` before any model is called (the same check the run folder makes later)."""
-    from curate.runs.base import RUNS_DIR
-
-    if run_name and not overwrite and (root / RUNS_DIR / run_name).exists():
-        raise FileExistsError(f"run {root / RUNS_DIR / run_name} exists; choose another --run-name or pass --overwrite")
-
-
 def _role_text(model: Any) -> str:
     """The role spec text of a model named by a spec (a string or a :class:`ModelSpec`)."""
     return model if isinstance(model, str) else model.name
@@ -157,6 +149,7 @@ def _losses(cache: RoleCache, backend: Any, question: str, answers: list[str], r
                       image=ref.key)
 
 
+@run_stage("vlm-explain")
 def vlm_explain(dataset: Any, model: Any, settings: VlmExplainSettings | None = None, *, run_name: str | None = None,
                 overwrite: bool = False, progress: Progress | None = None) -> VlmExplainRun:
     """Ask ``model`` for its answer and its explanation on each sample; write a :class:`VlmExplainRun`.
@@ -168,7 +161,9 @@ def vlm_explain(dataset: Any, model: Any, settings: VlmExplainSettings | None = 
             ``answer_losses`` for ``likelihood``); the config's ``model`` records what was passed
             (:func:`curate.stages.common.model_identity`) beside the ``spec`` text.
         settings: :class:`VlmExplainSettings`.
-        run_name: the run folder (default ``vlm-explain-<model>-<UTC time>``).
+        run_name: the run folder (default ``vlm-explain-<model>-<UTC time>``); a finished one is
+            refused before any model is called unless ``overwrite``, an unfinished one (killed)
+            replaced (:func:`curate.stages.common.run_stage`).
         progress: phases "asking".
     """
     from curate.stages.evaluate import EvalSettings, resolve_candidates
@@ -179,7 +174,6 @@ def vlm_explain(dataset: Any, model: Any, settings: VlmExplainSettings | None = 
     if settings.limit is not None and settings.limit < 1:
         raise ValueError("--limit must be at least 1")
     ds = open_dataset(dataset)
-    refuse_existing_run(ds.root, run_name, overwrite)
     rows = [r for r in ds.rows(status=list(settings.statuses)) if r["class_index"] is not None]
     if not rows:
         raise ValueError(f"{ds.root}: no samples with status in {list(settings.statuses)} and a class to ask about")

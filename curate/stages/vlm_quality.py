@@ -31,8 +31,8 @@ from curate.progress import Progress, report
 from curate.runs.base import RUNS_DIR
 from curate.runs.vlm_explain import VlmExplainRun
 from curate.runs.vlm_quality import SCORE_LABELS, SCORES, VlmQualityRun, scores_schema
-from curate.stages.common import claim_run_dir, model_identity, open_dataset, spec_of
-from curate.stages.vlm_explain import as_text_backend, refuse_existing_run
+from curate.stages.common import claim_run_dir, model_identity, open_dataset, run_stage, spec_of
+from curate.stages.vlm_explain import as_text_backend
 from curate.vlm_quality.background import background_terms, hard_backgrounds, mentioned_backgrounds, mentions
 from curate.vlm_quality.cache import CACHE_DIR, RoleCache
 from curate.vlm_quality.calibration import (
@@ -190,6 +190,7 @@ def _role_backend(value: Any, spec: RoleSpec | None, role: str, pool: BackendPoo
     return as_text_backend(value, pool, role=f"--{role}")
 
 
+@run_stage("vlm-quality")
 def vlm_quality(dataset: Any, judges: Judges, settings: VlmQualitySettings, *, run_name: str | None = None,
                 overwrite: bool = False, progress: Progress | None = None) -> VlmQualityRun:
     """Score the explanations of the vlm-explain run ``settings.run``; write a :class:`VlmQualityRun`.
@@ -199,7 +200,9 @@ def vlm_quality(dataset: Any, judges: Judges, settings: VlmQualitySettings, *, r
         judges: the role specs or loaded models (:class:`Judges`); the config's ``judges`` record,
             per role, what was passed (:func:`curate.stages.common.model_identity`) and its ``spec``.
         settings: :class:`VlmQualitySettings` (``run`` is required).
-        run_name: the run folder (default ``vlm-quality-<source run>-<UTC time>``).
+        run_name: the run folder (default ``vlm-quality-<source run>-<UTC time>``); a finished one is
+            refused before any model is called unless ``overwrite``, an unfinished one (killed)
+            replaced (:func:`curate.stages.common.run_stage`).
         progress: phase "scoring explanations".
     """
     if judges.verifier_mode not in VERIFIER_MODES:
@@ -209,7 +212,6 @@ def vlm_quality(dataset: Any, judges: Judges, settings: VlmQualitySettings, *, r
     given = {"qgen": judges.qgen, "verifier": judges.verifier, "paraphraser": judges.paraphraser, "nli": judges.nli}
     specs = {role: _role_spec(value, role) for role, value in given.items()}  # bad specs fail before any work
     ds = open_dataset(dataset)
-    refuse_existing_run(ds.root, run_name, overwrite)
     source = _load_source(ds, settings.run)
     pool = BackendPool(device=settings.device, precision=settings.precision, token_env=settings.token_env,
                        timeout=settings.timeout, retries=settings.retries,

@@ -763,6 +763,25 @@ class Dataset:
                 self._set_config(config)
         return new
 
+    def remove_backgrounds(self, names: Sequence[str]) -> list[str]:
+        """Take background labels out of the vocabulary (the undo of :meth:`add_backgrounds`); returns
+        the names that were in it. A name some sample still carries is refused (:class:`DatasetError`,
+        nothing changed): relabel those samples first. Rewritten atomically under the lock."""
+        clean = list(dict.fromkeys(str(n) for n in names))
+        with self._lock.hold("remove_backgrounds"):
+            self._refresh_config(force=True)
+            used = [n for n in clean if self.ids(background=n)]
+            if used:
+                raise DatasetError(f"background(s) {', '.join(map(repr, used))} still label samples of {self._root}; "
+                                   "relabel them before taking the name out of the vocabulary")
+            config = copy.deepcopy(self._config)
+            gone = [n for n in clean if n in config["backgrounds"]]
+            if gone:
+                config["backgrounds"] = [n for n in config["backgrounds"] if n not in gone]
+                self._write_config_file(self._root, config)
+                self._set_config(config)
+        return gone
+
     def record_provenance(self, stage: str, info: Mapping[str, Any]) -> None:
         """Record a stage's settings in ``dataset.yaml`` under ``provenance[stage]`` (replacing it).
 

@@ -18,9 +18,12 @@ Checks (severity error unless noted):
   ``mask_path`` inside ``masks/``, present, and the mask's size equal to the image's;
   tags a list of strings; ``extra`` a JSON object.
 - ``deep=True`` also hashes every image (sha256 must match) and reads its header (size must
-  match width/height).
+  match width/height), and decodes every mask (a PNG cut after its header passes the header
+  check, but no stage can read it).
 - ``changes.jsonl`` / ``quarantine.jsonl``: lines that do not parse (a torn last line after a
   crash) are warnings.
+- :func:`check_dataset` only: a provenance entry marked unfinished (a derived folder whose
+  stage was interrupted, e.g. ``curate intervene``), with the command that finishes it.
 Rows are numbered from 0, in file order (as ``pyarrow.Table`` indexes them).
 
 How (docs/design.md#dataset-folder, "At a million rows"): the value checks run first over whole
@@ -69,7 +72,8 @@ from curate.labels import LabelSpace
 from curate.store import rowscan
 from curate.store import schema as S
 from curate.store.atomic import read_jsonl
-from curate.store.images import image_size
+from curate.store.images import ImageRejected, decode, image_size
+from curate.store.summary import unfinished
 
 log = logging.getLogger(__name__)
 
@@ -124,8 +128,12 @@ class Inspection:
 
 def check_dataset(root: str | Path, *, deep: bool = False) -> list[ValidationProblem]:
     """Every problem of the dataset folder at ``root`` (empty list = valid). See module docstring.
-    Unlike :meth:`Dataset.open` it always lists the media folders (no cached presence check)."""
-    return inspect_dataset(root, deep=deep, cached_files=False, keep_table=False).problems
+    Unlike :meth:`Dataset.open` it always lists the media folders (no cached presence check), and
+    a folder a stage has not finished writing (:func:`curate.store.summary.unfinished`) is an
+    error here, with the command that finishes it, though :meth:`Dataset.open` opens it (the
+    stage reopens it to finish it)."""
+    inspection = inspect_dataset(root, deep=deep, cached_files=False, keep_table=False)
+    return inspection.problems + [ValidationProblem(None, None, None, line) for line in unfinished(inspection.config)]
 
 
 def safe_relpath(value: Any, folder: str) -> str | None:
@@ -886,3 +894,8 @@ def _check_files(root: Path, row: int, cols: Mapping[str, Any], add, deep: bool)
                     if size and actual != size:
                         add(row, "mask_path", f"mask {rel} is {actual[0]}x{actual[1]} but the image is "
                                               f"{size[0]}x{size[1]}")
+                    if deep:  # the pixels too, as the stages read them (a file cut after its header)
+                        try:
+                            decode(path.read_bytes())
+                        except (OSError, ImageRejected) as exc:
+                            add(row, "mask_path", f"mask file {rel} does not decode: {exc}")
