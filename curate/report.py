@@ -50,6 +50,7 @@ from typing import Any
 from curate import __version__
 from curate.formatting import num, pct, pct_ci
 from curate.runs import RUNS_DIR, write_bytes
+from curate.shell import suggest
 
 log = logging.getLogger(__name__)
 
@@ -254,8 +255,9 @@ def _plan_section(doc: Document, ds: Any, out: Path, split: Any, half_width: flo
     cost = f"{plan.review_cost:.2f} photos reviewed per accepted photo" if plan.accepted else "unknown (no review yet)"
     doc.text(f"Photos each class still needs for a drop interval of +-{100 * half_width:g} points (`curate plan`; "
              f"it {plan.assumption}). Review cost: {cost}. Mean drop: half-width {_num(plan.overall_now, 1, 100)} "
-             f"now, {_num(plan.overall_after, 1, 100)} after the plan. `curate collect inat DIR --fill "
-             f"{split.name}` fetches them, steered to the hard background.")
+             f"now, {_num(plan.overall_after, 1, 100)} after the plan. `"
+             f"{suggest('curate collect inat DIR --fill {run}', run=split.name)}` fetches them, steered to the hard "
+             "background.")
     names = ds.label_space.names
     doc.table(["class", "n easy", "n hard", "half-width now (points)", "need easy", "need hard", "after [range]",
                "photos to review"],
