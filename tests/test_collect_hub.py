@@ -274,3 +274,29 @@ def test_sigkill_then_resume_equals_an_uninterrupted_import(tmp_path) -> None:
     assert len(Dataset.open(tmp_path / "killed")) == 30 and not check_dataset(tmp_path / "killed")
     write_hub_folder(tmp_path / "killed", tmp_path / "pub2")
     assert data_bytes(tmp_path / "pub2") == data_bytes(tmp_path / "pub")
+
+
+def test_shards_of_a_split_number_rows_as_load_dataset_counts_them(tmp_path) -> None:
+    """A split written as two parquet shards (as push_to_hub writes a large split): ``source_id`` is
+    ``<split>/<row>`` with the row as ``load_dataset(...)[split][row]`` counts it, across shards."""
+    import hashlib
+
+    import datasets
+
+    features = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(names=["ostrich", "brambling"])})
+    rows = datasets.Dataset.from_dict({"image": [{"bytes": image_bytes(100 + k), "path": None} for k in range(30)],
+                                       "label": [k % 2 for k in range(30)]}, features=features)
+    (tmp_path / "src" / "data").mkdir(parents=True)
+    for shard in range(2):
+        rows.shard(2, shard, contiguous=True).to_parquet(
+            str(tmp_path / "src" / "data" / f"train-{shard:05d}-of-00002.parquet"))
+    result = collect(tmp_path / "src", tmp_path / "ds")
+    assert result.exit_code == 0, result.output
+    imported = Dataset.open(tmp_path / "ds").rows()
+    ids = [r["source_id"] for r in imported]
+    assert len(imported) == 30 and len(set(ids)) == 30, sorted(ids)
+    loaded = datasets.load_dataset(str(tmp_path / "src"))["train"].cast_column("image", datasets.Image(decode=False))
+    for row in imported:
+        split, number = row["source_id"].split("/")
+        assert split == "train"
+        assert hashlib.sha256(loaded[int(number)]["image"]["bytes"]).hexdigest() == row["sha256"], row["source_id"]

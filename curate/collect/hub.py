@@ -40,7 +40,8 @@ Two kinds of rows:
    skipped, counted by label (``report.info["unmapped"]``). Optional ``mask_column``,
    ``license_column`` and ``attribution_column`` (a mask gets ``mask_status`` ``hub``: a mask
    from the dataset, counted as a human one by :mod:`curate.masks.sources`); ``source="hub"``,
-   ``source_id`` = ``<split>/<row>``.
+   ``source_id`` = ``<split>/<row>``, the row as ``load_dataset(...)[split][row]`` counts it: across the
+   split's shards, in path order (``train-00000-of-00002`` then ``train-00001-of-00002``).
 
 Licences: a row whose stated licence forbids redistribution (ND, all rights reserved) is
 skipped (``license``) unless ``allow_restricted``; a row with no licence keeps none, as
@@ -314,6 +315,9 @@ class _Table:
     columns: list[str]
     parquet: Path | None = None
     arrow: Any = None  # pyarrow.Table (memory-mapped)
+    #: The split's row number of this table's first row: the rows of the split's earlier shards
+    #: (``load_dataset(...)[split][first_row + k]`` is this table's row ``k``).
+    first_row: int = 0
 
     def num_rows(self) -> int:
         if self.parquet is not None:
@@ -367,6 +371,10 @@ def _tables(source: HubSource, card: CardInfo) -> list[_Table]:
                              parquet=f.path))
     if not tables:
         raise HubImportError(f"{source.describe()} holds no parquet files and is not a `datasets` save")
+    before: Counter[str] = Counter()
+    for table in tables:  # in data_files' order: a split's shards by path, as `load_dataset` concatenates them
+        table.first_row = before[table.split]
+        before[table.split] += table.num_rows()
     return tables
 
 
@@ -545,7 +553,7 @@ def _generic_stream(table: _Table, space: LabelSpace, settings: _Settings, origi
     for batch in table.batches():
         for row in batch:
             index, position = position, position + 1
-            key = f"{table.rel}#{index}"
+            key, row_number = f"{table.rel}#{index}", table.first_row + index
             value = row.get(settings.label_column)
             label = names[value] if names and isinstance(value, int) and 0 <= value < len(names) else value
             if label is None:
@@ -569,11 +577,12 @@ def _generic_stream(table: _Table, space: LabelSpace, settings: _Settings, origi
                 continue
             attribution = row.get(settings.attribution_column) if settings.attribution_column else None
             sample = {
-                "class_index": resolved, "source": "hub", "source_id": f"{table.split}/{index}",
+                "class_index": resolved, "source": "hub", "source_id": f"{table.split}/{row_number}",
                 "license": normalize_license(licence) if licence else None,
                 "attribution": str(attribution) if attribution else settings.attribution,
                 "status": settings.status or "candidate",
-                "extra": {"hub_source": origin, "hub_file": table.rel, "hub_row": index, "hub_label": str(label)},
+                "extra": {"hub_source": origin, "hub_file": table.rel, "hub_file_row": index, "hub_row": row_number,
+                          "hub_label": str(label)},
             }
             mask = _mask_reader(row.get(settings.mask_column), settings.mask_column) if settings.mask_column else None
             if mask is not None:  # counted as a human mask (docs/design.md#masks), named by where it came from
