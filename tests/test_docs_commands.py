@@ -145,6 +145,75 @@ def test_every_documented_command_names_a_verb_and_its_options(where: str, line:
             assert option in known, f"{where}: `{line}`: {command.name} has no option {option}"
 
 
+#: The options that name a model and the option that gives its weights, pair by pair (as the CLI pairs
+#: them: one weights option per name, in order, or none at all).
+MODEL_OPTIONS = (("--model", "--pretrained"), ("--reference", "--pretrained"),
+                 ("--top20-reference", "--top20-pretrained"))
+
+
+def _model_specs(line: str) -> list[tuple[str, str | None]]:
+    """Each ``(name, weights)`` a documented command line names, paired by ``specs_from_cli``."""
+    from curate.models.spec import specs_from_cli
+
+    tokens = shlex.split(line)
+    if tokens[1:2] == ["propose-masks"]:  # segmentation models; only cam: names a CLIP (cam:NAME@TAG)
+        from curate.masks.backends.base import parse_mask_spec
+        from curate.masks.backends.cam import parse_cam_spec
+
+        specs = [parse_mask_spec(tokens[i + 1]) for i, t in enumerate(tokens[:-1]) if t == "--model"]
+        return [(c.name, c.pretrained) for c in map(parse_cam_spec, (s for s in specs if s.backend == "cam"))]
+    found = []
+    for name_option, weights_option in MODEL_OPTIONS:
+        names = [tokens[i + 1] for i, t in enumerate(tokens[:-1]) if t == name_option]
+        weights = [tokens[i + 1] for i, t in enumerate(tokens[:-1]) if t == weights_option]
+        if names and name_option == "--reference" and "--model" in tokens:
+            weights = []  # a verb with both names --pretrained for its --model
+        if names:
+            found += [(s.name, s.pretrained) for s in specs_from_cli(names, weights if len(weights) == len(names) else [])]
+    return found
+
+
+class _StopBeforeWeights(Exception):
+    """Raised where a model load would read its weights: the spec has been resolved by then."""
+
+
+def test_documented_models_resolve_without_a_quickgelu_warning(monkeypatch):
+    """Every open_clip model the docs name (issue 46) resolves, through ``load_model`` up to the point
+    where it would read weights, to the architecture its weights were trained with: no
+    :class:`~curate.models.base.QuickGELUWarning` (``ViT-B-32`` with ``laion400m_e31`` is the
+    paper's model with the wrong activation, about 3 points of accuracy lost)."""
+    import warnings
+
+    import curate.models.clip as clip_backend
+    from curate.models import QuickGELUWarning, load_model
+    from curate.models.loader import as_pretrained, parse_model_name
+    from curate.models.registry import DEFAULT_BACKEND
+    from curate.models.weights import Checkpoint
+
+    def stop(*_args, **_kwargs):
+        raise _StopBeforeWeights
+
+    monkeypatch.setattr(clip_backend, "resolve_weights", stop)
+    warned: dict[tuple[str, str | None], list[str]] = {}  # each spec resolved once: its QuickGELU warnings
+    bad = []
+    for where, line in COMMANDS:
+        for name, weights in _model_specs(line):
+            if name in ("auto", "") or isinstance(as_pretrained(weights), Checkpoint):
+                continue  # a weights file names its own architecture
+            backend, _, _, zoo_tag = parse_model_name(name)
+            if backend != DEFAULT_BACKEND or not (weights or zoo_tag):
+                continue  # not an open_clip CLIP, or random weights: no activation to mismatch
+            if (name, weights) not in warned:
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    with pytest.raises(_StopBeforeWeights):
+                        load_model(name, weights)
+                warned[name, weights] = [str(w.message) for w in caught if issubclass(w.category, QuickGELUWarning)]
+            bad += [f"{where}: `{line}`: {message}" for message in warned[name, weights]]
+    assert len(warned) >= 3, warned  # the docs name pretrained CLIPs (else the check is vacuous)
+    assert not bad, "\n".join(bad)
+
+
 def _offline_files() -> list[tuple[str, list[list[str]]]]:
     """(file name, the command lines of each of its offline blocks, in order) for every file with one."""
     out = []
