@@ -209,3 +209,29 @@ def test_each_module_imports_on_its_own(module: str) -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     if module in ("curate.features", "curate.engine.base", "curate.engine.identity", "curate.publish.layout"):
         assert json.loads(done.stdout) is False  # reading the cache, naming a model: no torch
+
+
+# ----------------------------------------------------------------------------- issue 46: runs that do not exist
+def test_a_run_that_does_not_exist_is_said_so_with_the_runs_of_that_kind(tmp_path) -> None:
+    """`plan --split`, `intervene --split` and `propose-masks --measure --run` name a missing run as
+    missing (not "unfinished") and list the finished runs of that kind; an unfinished one is still said."""
+    from click.testing import CliRunner
+    from publish_helpers import make_dataset
+
+    from curate.cli import main
+    from curate.runs import RunError
+    from curate.stages.intervene import InterveneSettings, intervene
+    from curate.stages.propose_masks import measure_masks
+
+    ds = make_dataset(tmp_path / "ds")  # one finished split run: split-test
+    result = CliRunner(env={"COLUMNS": "300"}).invoke(main, ["plan", str(ds.root), "--split", "split-ref"])
+    assert result.exit_code == 1 and "not a finished run" not in result.output
+    assert "no split run named 'split-ref'" in result.output and "the split runs there: split-test" in result.output
+    with pytest.raises(RunError, match=r"no split run named 'split-ref' .*the split runs there: split-test"):
+        intervene(ds.root, tmp_path / "iv", InterveneSettings(split="split-ref"))
+    with pytest.raises(RunError, match=r"no propose-masks run named 'nosuch' .*no propose-masks runs yet"):
+        measure_masks(ds.root, "nosuch")
+    (ds.root / "runs" / "split-half").mkdir()  # a run folder without config.json: interrupted
+    with pytest.raises(RunError, match="split-half .* is not finished"):
+        intervene(ds.root, tmp_path / "iv2", InterveneSettings(split="split-half"))
+

@@ -189,7 +189,7 @@ def test_a_reference_model_is_evaluated_through_the_evaluate_stage(world) -> Non
                    progress=progress)
     (reference,) = result.references
     evaluation = EvaluationRun.load(world.root / "runs" / reference.run)
-    assert reference.run.startswith("split-ref-curate-tiny-vit") and evaluation.is_paper_setting
+    assert reference.run == f"{result.run_dir.name}-reference" and evaluation.is_paper_setting
     assert reference.model_id == evaluation.model_id and reference.is_paper_setting
     assert len(result.classes) == 3 and SplitRun.load(result.run_dir).references == result.references
     # progress: the reference phase counts the 120 images it scored and ends at n/n (the encoding inside too)

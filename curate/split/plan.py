@@ -32,8 +32,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from curate.runs.base import RUNS_DIR, write_bytes
+from curate.runs.base import write_bytes
 from curate.runs.split import SplitClass, SplitRun
+from curate.split.plan_alloc import fewest_photos
 
 __all__ = ["Z95", "ClassPlan", "CollectionPlan", "drop_half_width", "group_variance", "make_plan", "photos_needed",
            "plan_dataset", "plan_figure", "review_cost", "wilson", "write_plan"]
@@ -73,19 +74,12 @@ def drop_half_width(a: float, n_easy: float, b: float, n_hard: float, z: float =
 
 
 def photos_needed(a: float, n_easy: int, b: float, n_hard: int, target: float, z: float = Z95) -> tuple[int, int]:
-    """The fewest ``(easy, hard)`` photos to add so the drop's half-width is at most ``target`` (module docstring)."""
+    """The fewest ``(easy, hard)`` photos to add, in total, so the drop's half-width is at most ``target``
+    (the greedy minimum of :func:`curate.split.plan_alloc.fewest_photos`, not each group's optimum rounded up)."""
     if target <= 0:
         raise ValueError(f"the target half-width must be > 0, got {target}")
-    t = (target / z) ** 2
-    if n_easy > 0 and n_hard > 0 and a / n_easy + b / n_hard <= t:
-        return 0, 0
-    ra, rb = math.sqrt(a), math.sqrt(b)
-    opt_e, opt_h = ra * (ra + rb) / t, rb * (ra + rb) / t
-    if n_easy >= opt_e and a / n_easy < t:  # easy has its share: grow hard only
-        return 0, max(0, math.ceil(b / (t - a / n_easy) - n_hard - 1e-9))
-    if n_hard >= opt_h and b / n_hard < t:  # hard has its share: grow easy only
-        return max(0, math.ceil(a / (t - b / n_hard) - n_easy - 1e-9)), 0
-    return max(0, math.ceil(opt_e - n_easy - 1e-9)), max(0, math.ceil(opt_h - n_hard - 1e-9))
+    need_e, need_h = fewest_photos([a, b], [n_easy, n_hard], (target / z) ** 2)
+    return need_e, need_h
 
 
 def _variance_range(acc: float, n: int) -> tuple[float, float]:
@@ -277,6 +271,7 @@ def plan_dataset(root: str | Path, *, split: str | None = None, half_width: floa
                  classes: Sequence[int] | None = None) -> CollectionPlan:
     """The plan of a dataset folder's split run (default: the split ``dataset.yaml`` records)."""
     from curate.runs import RunError
+    from curate.runs.lookup import named_run
     from curate.store import Dataset
 
     if not half_width > 0:
@@ -287,7 +282,7 @@ def plan_dataset(root: str | Path, *, split: str | None = None, half_width: floa
         raise ValueError(f"{ds.root} has no split yet; run `curate split DIR --reference MODEL` first, "
                          "or name one with --split RUN")
     try:
-        run = SplitRun.load(ds.root / RUNS_DIR / str(name))
+        run = named_run(ds.root, str(name), SplitRun)
     except RunError as exc:
         raise ValueError(f"cannot plan from split run {name}: {exc}") from None
     return make_plan(run, ds.table().column("status").to_pylist(), half_width=half_width, classes=classes)

@@ -170,10 +170,11 @@ def _groups(ds: Any, rows: list[dict[str, Any]], split: str | None) -> dict[str,
     """Each row's group: from the split run ``split`` (its easy / hard backgrounds), else the column."""
     if split is None:
         return {r["sample_id"]: r["group"] for r in rows}
+    from curate.runs.lookup import named_run
     from curate.runs.split import SplitRun
     from curate.split.discovery import group_assignments
 
-    run = SplitRun.load(ds.root / RUNS_DIR / split)
+    run = named_run(ds.root, split, SplitRun)
     return group_assignments([r["sample_id"] for r in rows], [r["class_index"] for r in rows],
                              [r["background"] for r in rows], run.classes)
 

@@ -556,10 +556,11 @@ def measure_masks(dataset: Any, run: str | Path | MaskRun | None = None) -> tupl
             runs = list_runs(ds.root, "masks")
             if not runs:
                 raise RunError(f"{ds.root} has no propose-masks run to measure; run `curate propose-masks` first")
-            path = runs[-1]
+            record = MaskRun.load(runs[-1])
         else:
-            path = Path(run) if Path(run).is_dir() else ds.root / RUNS_DIR / str(run)
-        record = MaskRun.load(path)
+            from curate.runs.lookup import named_run
+
+            record = named_run(ds.root, run, MaskRun)
     verdicts = review_verdicts(ds, record)
     try:
         measurement = measure_run(ds, record)

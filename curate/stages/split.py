@@ -7,7 +7,7 @@ Where the correctness comes from:
 
 - ``model``: reference model(s) evaluated now with the paper's setting (1 vs 1000 over
   ImageNet-1K, or the dataset's own label space when it is not ImageNet; prompt
-  "A photo of {}."), each as an ordinary evaluation run (``runs/split-ref-*``) through
+  "A photo of {}."), each as an ordinary evaluation run (``runs/<split run>-reference``) through
   :func:`curate.stages.evaluate.evaluate` (image embeddings from the cache); several models ->
   a cell's accuracy is the mean of theirs. A reference is a :class:`ModelSpec`, a model name or
   weights file, or an already loaded model (``curate.load_model(...)``); the run records what
@@ -44,7 +44,6 @@ from curate.jsonio import json_safe
 from curate.models.spec import ModelSpec
 from curate.progress import Progress, report
 from curate.runs.base import discard_if_empty, unique_run_name
-from curate.runs.base import run_name as default_run_name
 from curate.runs.evaluation import EvaluationRun
 from curate.runs.split import LabelSources, SplitClass, SplitReference, SplitRun
 from curate.shell import suggest
@@ -159,7 +158,7 @@ def _nothing_to_split(ds) -> str:
 
 
 def _reference_runs(ds, models: Sequence[ModelSpec | Any], settings: SplitSettings, progress: Progress | None,
-                    images: int) -> list[EvaluationRun]:
+                    images: int, split_run: str) -> list[EvaluationRun]:
     """Evaluate each reference (a spec or a loaded model) with the paper's setting.
 
     Progress: one phase per reference, "reference model" ("reference model k of n" for several),
@@ -176,7 +175,8 @@ def _reference_runs(ds, models: Sequence[ModelSpec | Any], settings: SplitSettin
         eval_settings = EvalSettings(label_space=label_space, prompts="simple", statuses=("accepted",),
                                      device=settings.device, precision=settings.precision,
                                      batch_size=settings.batch_size, seed=settings.seed)
-        name = unique_run_name(ds.root, default_run_name("split-ref", _label(model)))
+        # named after the split run, so the two do not differ by a near-identical prefix (issue 46)
+        name = unique_run_name(ds.root, f"{split_run}-reference" + (f"-{number}" if len(models) > 1 else ""))
         runs.append(evaluate(ds, model, eval_settings, run_name=name, progress=progress))
         report(progress, images, images, message)
     return runs
@@ -253,7 +253,7 @@ def split(
     label = "-".join([_label(s) for s in specs] + [r.model_label for r in runs])[:40] or "run"
     run_dir = claim_run_dir(ds.root, run_name, "split", label, overwrite=overwrite)
     try:
-        runs += _reference_runs(ds, specs, settings, progress, len(rows))
+        runs += _reference_runs(ds, specs, settings, progress, len(rows), run_dir.name)
         ids = [r["sample_id"] for r in rows]
         classes = [int(r["class_index"]) for r in rows]
         backgrounds = [r["background"] for r in rows]
