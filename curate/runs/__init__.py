@@ -13,7 +13,7 @@ from __future__ import annotations
 from curate.lazy import lazy_exports
 
 # Lazy (PEP 562): a stage that needs one record class does not import the others, which keeps
-# `curate evaluate` short; run_kinds()/load_run import every kind where every kind is needed.
+# `curate evaluate` short; load_run imports the one kind it reads, run_kinds() every kind (curate.runs.registry).
 __getattr__, __dir__ = lazy_exports(__name__, {
     "CONFIG_FILE": "curate.runs.base",
     "RUNS_DIR": "curate.runs.base",
@@ -29,8 +29,8 @@ __getattr__, __dir__ = lazy_exports(__name__, {
     "read_config": "curate.runs.base",
     "read_parquet": "curate.runs.base",
     "record_class": "curate.runs.base",
-    "register_run_kind": "curate.runs.base",
-    "run_kinds": "curate.runs.base",
+    "register_run_kind": "curate.runs.registry",
+    "run_kinds": "curate.runs.registry",
     "run_name": "curate.runs.base",
     "slug": "curate.runs.base",
     "unique_run_name": "curate.runs.base",

@@ -27,7 +27,8 @@ from typing import Any, ClassVar
 from curate.formatting import ci, md_table, num, pct, pct_ci
 from curate.interventions.attribution import STATISTICS
 from curate.jsonio import write_json
-from curate.runs.base import RunRecord, read_result_json, register_run_kind, write_bytes
+from curate.runs.base import RunRecord, read_result_json, write_bytes
+from curate.runs.registry import register_run_kind
 
 __all__ = ["AttributionRun", "ModelAttribution", "ClassRow", "DECOMPOSITION_NOTE"]
 

@@ -25,7 +25,8 @@ import numpy as np
 
 from curate.jsonio import write_json
 from curate.masks.sources import MaskCounts
-from curate.runs.base import RunError, RunRecord, read_parquet, read_result_json, register_run_kind, write_parquet
+from curate.runs.base import RunError, RunRecord, read_parquet, read_result_json, write_parquet
+from curate.runs.registry import register_run_kind
 
 __all__ = ["AuditRun", "CheckSummary"]
 

@@ -34,6 +34,7 @@ from typing import Any, ClassVar, TypeVar
 from curate import __version__
 from curate.jsonio import read_json, write_json
 from curate.parquetio import read_parquet_file
+from curate.runs.registry import register_run_kind, registered, run_kinds
 
 logger = logging.getLogger(__name__)
 
@@ -285,46 +286,13 @@ def read_config(run_dir: Path) -> dict[str, Any]:
 
 
 # ----------------------------------------------------------------------------- the registry
-_KINDS: dict[str, type[RunRecord]] = {}
-
-
-def register_run_kind(cls: type[R]) -> type[R]:
-    """Class decorator: make ``cls`` the record of ``cls.KIND``."""
-    if not cls.KIND:
-        raise TypeError(f"{cls.__name__} has no KIND")
-    _KINDS[cls.KIND] = cls
-    return cls
-
-
-def _load_kinds() -> None:
-    # the built-in kinds register on import; they are light (json, pyarrow)
-    from curate.runs import (  # noqa: F401
-        attribution,
-        audit,
-        discovery,
-        evaluation,
-        explain,
-        fidelity,
-        interventions,
-        masks,
-        split,
-        vlm_explain,
-        vlm_quality,
-    )
-
-
-def run_kinds() -> dict[str, type[RunRecord]]:
-    """``{kind: record class}`` of every registered run kind."""
-    _load_kinds()
-    return dict(_KINDS)
-
-
 def record_class(kind: str) -> type[RunRecord]:
-    """The record class of ``kind`` (:class:`RunError` for an unknown kind)."""
-    kinds = run_kinds()
-    if kind not in kinds:
-        raise RunError(f"unknown run kind {kind!r}; known: {', '.join(sorted(kinds))}")
-    return kinds[kind]
+    """The record class of ``kind`` (:class:`RunError` for an unknown kind); only that kind's
+    module is imported (:mod:`curate.runs.registry`)."""
+    cls = registered(kind)
+    if cls is None:
+        raise RunError(f"unknown run kind {kind!r}; known: {', '.join(sorted(run_kinds()))}")
+    return cls
 
 
 # ----------------------------------------------------------------------------- listing and loading

@@ -32,7 +32,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from curate.jsonio import read_json
-from curate.runs.base import RunError, RunRecord, read_parquet, register_run_kind, write_json, write_parquet
+from curate.runs.base import RunError, RunRecord, read_parquet, write_json, write_parquet
+from curate.runs.registry import register_run_kind
 from curate.shell import suggest
 
 __all__ = ["DiscoveryRun", "DiscoveredGroup", "UnknownGroupError", "GROUP_COLUMNS", "MEMBER_COLUMNS", "DECISIONS"]

@@ -28,7 +28,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from curate.jsonio import write_json
-from curate.runs.base import RunError, RunRecord, read_parquet, read_result_json, register_run_kind, write_parquet
+from curate.runs.base import RunError, RunRecord, read_parquet, read_result_json, write_parquet
+from curate.runs.registry import register_run_kind
 
 __all__ = ["EvaluationRun", "GroupStats", "DropStats", "PREDICTIONS_SCHEMA", "PAPER_PROMPT"]
 

@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from curate.runs.base import RunError, RunRecord, read_parquet, register_run_kind, write_parquet
+from curate.runs.base import RunError, RunRecord, read_parquet, write_parquet
+from curate.runs.registry import register_run_kind
 
 __all__ = ["InterventionRun", "VARIANT_COLUMNS", "variants_table"]
 

@@ -30,7 +30,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from curate.runs.base import ModelBlock, RunError, RunRecord, read_parquet, register_run_kind, write_parquet
+from curate.runs.base import ModelBlock, RunError, RunRecord, read_parquet, write_parquet
+from curate.runs.registry import register_run_kind
 
 __all__ = ["MaskRun", "PROPOSAL_COLUMNS", "proposals_table"]
 

@@ -40,7 +40,8 @@ from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
 
 from curate.jsonio import write_json
-from curate.runs.base import RunRecord, read_result_json, register_run_kind, write_bytes
+from curate.runs.base import RunRecord, read_result_json, write_bytes
+from curate.runs.registry import register_run_kind
 from curate.split import tables_text
 from curate.split.discovery import ClassSplit, NoiseSummary, SplitRule, noise_summary, tied_backgrounds
 

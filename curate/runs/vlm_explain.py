@@ -30,9 +30,9 @@ from curate.runs.base import (
     RunRecord,
     read_parquet,
     read_result_json,
-    register_run_kind,
     write_parquet,
 )
+from curate.runs.registry import register_run_kind
 
 __all__ = ["VlmExplainRun", "explanations_schema", "ExplanationRow"]
 

@@ -34,10 +34,10 @@ from curate.runs.base import (
     RunRecord,
     read_parquet,
     read_result_json,
-    register_run_kind,
     write_bytes,
     write_parquet,
 )
+from curate.runs.registry import register_run_kind
 
 __all__ = ["VlmQualityRun", "scores_schema", "SCORES"]
 

@@ -73,7 +73,7 @@ from curate.store import rowscan
 from curate.store import schema as S
 from curate.store.atomic import read_jsonl
 from curate.store.images import ImageRejected, decode, image_size
-from curate.store.summary import unfinished
+from curate.store.provenance import unfinished
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +129,7 @@ class Inspection:
 def check_dataset(root: str | Path, *, deep: bool = False) -> list[ValidationProblem]:
     """Every problem of the dataset folder at ``root`` (empty list = valid). See module docstring.
     Unlike :meth:`Dataset.open` it always lists the media folders (no cached presence check), and
-    a folder a stage has not finished writing (:func:`curate.store.summary.unfinished`) is an
+    a folder a stage has not finished writing (:func:`curate.store.provenance.unfinished`) is an
     error here, with the command that finishes it, though :meth:`Dataset.open` opens it (the
     stage reopens it to finish it)."""
     inspection = inspect_dataset(root, deep=deep, cached_files=False, keep_table=False)
