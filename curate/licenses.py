@@ -9,6 +9,14 @@ plus ``all-rights-reserved`` (iNaturalist's null licence), ``pd`` (public domain
 copyright restrictions) and ``us-gov`` (a United States Government work). Unknown strings are
 kept, lower-cased (:func:`normalize_license`).
 
+**Stored ids** (:func:`stored_license`). A collector stores each image's licence as its SPDX id,
+lower-cased as the Hugging Face Hub writes licence ids, *with its version*: ``cc-by-4.0``,
+``cc-by-nc-sa-2.0``, ``cc0-1.0``, ``gpl-2.0``, ``gpl-3.0``; a CC licence stated without a version
+stays its code (``cc-by``, as iNaturalist writes it). GPL-2.0 and GPL-3.0 oblige differently, so
+they are never made one. Every rule below reads a stored id through :func:`normalize_license`,
+so a versioned id is collected, published and combined as its code; the version is what the
+card and ``ATTRIBUTION.csv`` state.
+
 **Collecting** (:func:`license_policy`). A benchmark crops, masks, re-encodes and composites its
 images, i.e. makes derivative works, and redistributes them. ``-nd`` licences forbid derivatives
 and all-rights-reserved photos may not be redistributed at all (:data:`RESTRICTED`), so they are
@@ -106,6 +114,28 @@ def normalize_license(value: object) -> str:
     return _ALIASES.get(text.replace("-", " "), text)
 
 
+def stored_license(value: object) -> str | None:
+    """The licence id a collector stores for ``value`` as a source or user writes it (None when empty).
+
+    A licence curate knows keeps its stated version: ``"CC BY-NC 4.0"`` -> ``cc-by-nc-4.0``,
+    ``".../licenses/by-nc-sa/2.0/"`` -> ``cc-by-nc-sa-2.0``, ``".../publicdomain/zero/1.0/"`` ->
+    ``cc0-1.0``, ``"cc-by"`` -> ``cc-by``; ``pd``, ``us-gov`` and ``all-rights-reserved`` have none.
+    Any other licence is kept whole, lower-cased, spaces and underscores as hyphens: ``"GPL-2.0"``
+    -> ``gpl-2.0``, ``"Apache 2.0"`` -> ``apache-2.0``. ``normalize_license(stored_license(x))`` is
+    ``normalize_license(x)``.
+    """
+    if value is None or not str(value).strip():
+        return None
+    text = str(value).strip()
+    code = normalize_license(text)
+    if code in CC_CODES:
+        version = licence_version(text)
+        return f"{code}-{version}" if version else code
+    if code in KNOWN_CODES:
+        return code
+    return re.sub(r"[\s_]+", "-", text.lower())
+
+
 def license_policy(licenses: Iterable[str] | str | None = None, *, allow_restricted: bool = False,
                    source_codes: Sequence[str] | None = None, source: str = "this source") -> tuple[str, ...]:
     """The accepted licence codes (normalised, in the given order); raises ValueError when a
@@ -195,8 +225,8 @@ def classify_licence(raw: Any) -> LicenceVerdict:
     code = normalize_license(raw)
     if code in RESTRICTED:
         return LicenceVerdict(code, False, "all-rights-reserved" if code == ALL_RIGHTS_RESERVED else "no-derivatives")
-    if code not in PUBLISHABLE:
-        return LicenceVerdict(code, False, "unknown-licence")
+    if code not in PUBLISHABLE:  # kept whole (gpl-2.0 and gpl-3.0 are two licences)
+        return LicenceVerdict(stored_license(raw) or code, False, "unknown-licence")
     return LicenceVerdict(code, True)
 
 
@@ -305,12 +335,21 @@ def derivative_licence(codes: Iterable[str]) -> str | None:
       -> BY-NC), except that a share-alike parent obliges the result to be its own licence
       (BY-SA + BY-NC-SA is refused: BY-SA material may only be adapted under BY-SA);
     - no covering code (BY-SA + BY-NC), or a code without known terms: None.
+
+    Stored ids with versions (:func:`stored_license`) are combined as their codes; the result
+    keeps the version its parents of that code state when they state one (``cc-by-4.0`` +
+    ``cc-by-nc-4.0`` -> ``cc-by-nc-4.0``), else it is the code alone.
     """
-    present = sorted({str(c) for c in codes})
-    if not present:
+    stated = sorted({str(c) for c in codes})
+    if not stated:
         return None
-    if len(present) == 1:
-        return present[0]
+    if len(stated) == 1:
+        return stated[0]
+    by_code: dict[str, set[str | None]] = {}
+    for raw in stated:
+        code = normalize_license(raw)
+        by_code.setdefault(code, set()).add(licence_version(raw) if code in CC_CODES else None)
+    present = sorted(by_code)
     if set(present) <= PUBLIC_DOMAIN:
         return "pd"
     try:
@@ -319,4 +358,5 @@ def derivative_licence(codes: Iterable[str]) -> str | None:
         return None
     if top is None or any(c in SHARE_ALIKE and c != top for c in present):
         return None
-    return top
+    versions = by_code[top]
+    return f"{top}-{next(iter(versions))}" if len(versions) == 1 and None not in versions else top

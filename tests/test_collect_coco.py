@@ -155,7 +155,7 @@ def test_masks_equal_pycocotools_union_of_non_crowd_instances(tmp_path, coco_fil
     assert not ds.load_mask(rows[1]["sample_id"])[crowd].any()  # crowd excluded from the union
     values = np.array(Image.open(ds.root / one["instance_mask_path"]))
     assert (values[crowd] == 255).all()  # ... and marked 255 in the instance mask
-    assert rows[1]["license"] == "cc-by-nc-sa" and rows[2]["license"] == "cc-by"
+    assert rows[1]["license"] == "cc-by-nc-sa-2.0" and rows[2]["license"] == "cc-by-2.0"  # the version kept
     assert rows[1]["mask_status"] == "coco" and rows[1]["source"] == "coco" and rows[1]["source_id"] == "1"
     reasons = {f[0]: f[1] for f in report.failures}
     assert any("size_mismatch" in r for r in reasons.values())

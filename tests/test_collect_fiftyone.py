@@ -132,7 +132,7 @@ def test_round_trip_group_view_mask_files_through_review(fo, source, tmp_path) -
         i = orig["index"]
         assert row["source"] == "fiftyone" and row["class_name"] == orig["label"] and row["status"] == "candidate"
         assert row["tags"] == orig["tags"] and row["mask_status"] == "human"
-        assert row["license"] == ("cc-by" if i % 2 else "cc0") and row["attribution"] == "the zoo"
+        assert row["license"] == ("cc-by-4.0" if i % 2 else "cc0") and row["attribution"] == "the zoo"
         extra = json.loads(row["extra"])
         assert extra["fiftyone_dataset"] == source.name and extra["fiftyone_view"] == "by class"
         assert extra["fiftyone_sample_id"] == sid and extra["fiftyone_filepath"] == orig["filepath"]

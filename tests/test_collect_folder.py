@@ -117,7 +117,7 @@ def test_counteranimal_layout_and_licence_csv(tmp_path) -> None:
     }
     assert json.loads(rows["10 brambling/counter-lava/5.jpg"]["extra"])["folder_background"] == "lava"
     first = rows["9 ostrich/easy-ground/1.jpg"]
-    assert (first["license"], first["attribution"], first["source_url"]) == ("cc-by-nc", "Ann", "https://example.org/1")
+    assert (first["license"], first["attribution"], first["source_url"]) == ("cc-by-nc-4.0", "Ann", "https://example.org/1")
     assert rows["10 brambling/counter-sky/4.jpg"]["license"] == "cc0"
     assert rows["9 ostrich/hard-water/2.jpg"]["license"] is None
     assert all(r["status"] == "accepted" for r in rows.values())
@@ -154,3 +154,18 @@ def test_cli_collect_folder(tmp_path) -> None:
     _image(tmp_path / "bad" / "dragon" / "1.jpg", 3)
     result = runner.invoke(main, ["collect", "folder", str(tmp_path / "other"), str(tmp_path / "bad")])
     assert result.exit_code == 1 and "'dragon'" in result.output and "Traceback" not in result.output
+
+
+def test_cli_collect_folder_keeps_the_licence_version(tmp_path) -> None:
+    """`--license gpl-2.0` is stored as gpl-2.0 (not gpl: GPL-2.0 and GPL-3.0 oblige differently), and a
+    CSV's ``CC BY-NC 4.0`` as cc-by-nc-4.0."""
+    src = tmp_path / "src"
+    _image(src / "9" / "1.jpg", 1)
+    _image(src / "9" / "2.jpg", 2)
+    (tmp_path / "lic.csv").write_text("path,license,attribution\n9/2.jpg,CC BY-NC 4.0,someone\n")
+    runner = CliRunner(env={"COLUMNS": "200"})
+    result = runner.invoke(main, ["collect", "folder", str(tmp_path / "ds"), str(src), "--license", "gpl-2.0",
+                                  "--licenses-csv", str(tmp_path / "lic.csv")])
+    assert result.exit_code == 0, result.output
+    rows = _rows(tmp_path / "ds")
+    assert rows["9/1.jpg"]["license"] == "gpl-2.0" and rows["9/2.jpg"]["license"] == "cc-by-nc-4.0"

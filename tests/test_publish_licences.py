@@ -9,7 +9,7 @@ datasets = pytest.importorskip("datasets")
 from huggingface_hub import DatasetCard  # noqa: E402
 from publish_helpers import image_bytes, make_dataset  # noqa: E402
 
-from curate.licenses import most_restrictive  # noqa: E402
+from curate.licenses import derivative_licence, most_restrictive, stored_license  # noqa: E402
 from curate.publish import (  # noqa: E402
     PublishError,
     card_licence,
@@ -103,3 +103,38 @@ def test_most_restrictive_and_versions() -> None:
     assert card_licence(rows(("cc0", "cc0"))).license == "cc0-1.0"
     public = card_licence(rows(("pd", "public domain"), ("us-gov", "United States Government Work")))
     assert (public.license, public.license_name) == ("other", "public-domain")
+
+
+@pytest.mark.parametrize("raw, stored", [
+    ("gpl-2.0", "gpl-2.0"), ("GPL-3.0", "gpl-3.0"), ("GPL-2.0-or-later", "gpl-2.0-or-later"),
+    ("Apache 2.0", "apache-2.0"), ("MIT", "mit"),
+    ("cc-by", "cc-by"), ("CC BY-NC 4.0", "cc-by-nc-4.0"), ("cc_by_sa_3.0", "cc-by-sa-3.0"),
+    ("http://creativecommons.org/licenses/by-nc-sa/2.0/", "cc-by-nc-sa-2.0"),
+    ("https://creativecommons.org/publicdomain/zero/1.0/", "cc0-1.0"), ("CC0", "cc0"),
+    ("public domain", "pd"), ("All rights reserved", "all-rights-reserved"), (None, None), ("  ", None),
+])
+def test_collectors_store_the_licence_with_its_version(raw, stored) -> None:
+    assert stored_license(raw) == stored
+    if stored is not None:  # the stored id is read back as the same licence
+        assert classify_licence(stored).code == classify_licence(raw).code
+        assert stored_license(stored) == stored
+
+
+def test_versioned_ids_keep_the_publish_policy(tmp_path: Path) -> None:
+    """GPL-2.0 and GPL-3.0 stay two licences; versioned CC ids publish as their codes; ND never."""
+    ds = make_dataset(tmp_path / "ds", licences=["cc-by-4.0", "cc-by-nc-sa-2.0", "gpl-2.0", "cc-by-nd-4.0", "gpl-3.0"])
+    folder = write_hub_folder(ds.root, tmp_path / "hub")
+    published = {r["sample_id"] for r in ds.rows(group=["easy", "hard"]) if r["license"] in ("cc-by-4.0",
+                                                                                             "cc-by-nc-sa-2.0")}
+    loaded = datasets.load_dataset(str(tmp_path / "hub"), cache_dir=str(tmp_path / "cache"), split="easy+hard")
+    assert set(loaded["sample_id"]) == published and set(loaded["license"]) == {"cc-by", "cc-by-nc-sa"}
+    assert set(loaded["license_as_stated"]) == {"cc-by-4.0", "cc-by-nc-sa-2.0"}
+    assert {"gpl-2.0", "gpl-3.0", "cc-by-nd"} <= set(folder.excluded_licences)
+    assert folder.excluded["unknown-licence"] == folder.excluded_licences["gpl-2.0"] + folder.excluded_licences["gpl-3.0"]
+    assert DatasetCard.load(folder.card_path).data.license == "cc-by-nc-sa-2.0"
+    assert derivative_licence(["cc-by-4.0", "cc-by-nc-4.0"]) == "cc-by-nc-4.0"
+    assert derivative_licence(["cc-by-2.0", "cc-by-nc-4.0"]) == "cc-by-nc-4.0"
+    assert derivative_licence(["cc-by", "cc-by-nc-4.0"]) == "cc-by-nc-4.0"
+    assert derivative_licence(["cc-by-4.0", "cc-by"]) == "cc-by"
+    assert derivative_licence(["cc-by-sa-4.0", "cc-by-nc-sa-4.0"]) is None
+    assert derivative_licence(["gpl-2.0", "cc-by-4.0"]) is None

@@ -129,6 +129,6 @@ def test_untrusted_shards_are_quarantined_by_shard_and_member(tmp_path: Path) ->
     assert not (tmp_path / "escape.png").exists() and not (tmp_path / "in" / "escape.png").exists()
     by_source = {r["source_id"]: r for r in ds.rows()}
     a = by_source["part-000000.tar/a"]
-    assert (a["class_index"], a["attribution"], a["license"], a["source_url"]) == (1, "B", "cc-by", "http://127.0.0.1/a")
+    assert (a["class_index"], a["attribution"], a["license"], a["source_url"]) == (1, "B", "cc-by-4.0", "http://127.0.0.1/a")
     assert by_source["part-000001.tar/b"]["class_index"] == 2
     assert json.loads(by_source["part-000000.tar/a"]["extra"])["webdataset_json"]["url"] == "http://127.0.0.1/a"

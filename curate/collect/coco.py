@@ -60,7 +60,7 @@ from curate.collect.http import (
 )
 from curate.collect.journal import Journal
 from curate.labels import LabelSpace, imagenet1k
-from curate.licenses import normalize_license
+from curate.licenses import stored_license
 from curate.paths import data_dir
 from curate.store import Dataset, DatasetError, PreparedImage
 
@@ -409,7 +409,7 @@ def _category_stream(coco: Any, cid: int, plan: _Plan, table: Mapping[str, list[
                          for a in coco.loadAnns(coco.getAnnIds(imgIds=[int(image_id)]))
                          if int(a["category_id"]) != cid})
         lic = licenses.get(int(info.get("license", -1)) if str(info.get("license", "")).lstrip("-").isdigit() else -1)
-        code = normalize_license((lic or {}).get("url") or (lic or {}).get("name")) if lic else None
+        code = stored_license((lic or {}).get("url") or (lic or {}).get("name")) if lic else None
         flickr = info.get("flickr_url")
         extra: dict[str, Any] = {
             "coco_image_id": int(image_id), "coco_file_name": str(file_name)[:300],

@@ -63,7 +63,7 @@ from curate.collect.engine import (
     StreamItem,
 )
 from curate.collect.journal import Journal
-from curate.licenses import RESTRICTED, normalize_license
+from curate.licenses import RESTRICTED, normalize_license, stored_license
 from curate.masks.sources import mask_source, trusted_rows, untrusted_masks_message
 from curate.store import Dataset, DatasetError
 
@@ -344,7 +344,7 @@ def _class_stream(objects: Dataset, rows: Sequence[Mapping[str, Any]], cls: int,
                  "composite_job": job_id, "object_mask_status": row["mask_status"], "object_mask_source": source}
         sample = {"class_index": cls, "source": "composite",
                   "source_id": f"{objects.name}:{row['sample_id']}:{background}:{i}",
-                  "license": code, "attribution": row["attribution"], "status": "accepted",
+                  "license": stored_license(row["license"]), "attribution": row["attribution"], "status": "accepted",
                   "background": background, "background_source": "synthetic", "background_score": 1.0,
                   # the pasted pixels are exactly the object's mask; a model's mask stays a model's
                   "mask_status": row["mask_status"] if source == "model" else "exact", "extra": extra}

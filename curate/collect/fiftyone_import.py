@@ -56,7 +56,7 @@ from curate.collect.engine import Candidate, CandidateError, CollectReport, Engi
 from curate.collect.folder import existing_dataset, resolve_class_folder
 from curate.collect.journal import Journal
 from curate.labels import LabelSpace, UnknownClassError, imagenet1k
-from curate.licenses import normalize_license
+from curate.licenses import stored_license
 from curate.store import DEFAULT_BACKGROUNDS, Dataset, PreparedImage
 from curate.store.atomic import TMP_DIR
 from curate.store.records import to_plain
@@ -405,7 +405,7 @@ def collect_fiftyone(
             extra["fiftyone_fields"] = item.fields
         sample = {
             "class_index": index, "source": SOURCE, "source_id": item.sample_id, "source_url": None,
-            "license": normalize_license(code) if code else None, "attribution": item.attribution or attribution,
+            "license": stored_license(code), "attribution": item.attribution or attribution,
             "status": status, "tags": item.tags, "extra": extra,
         }
         mask_fn = None

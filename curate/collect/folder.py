@@ -42,7 +42,7 @@ from curate.collect.engine import (
 )
 from curate.collect.journal import Journal
 from curate.labels import AmbiguousClassError, LabelSpace, UnknownClassError, imagenet1k
-from curate.licenses import normalize_license
+from curate.licenses import stored_license
 from curate.store import DEFAULT_BACKGROUNDS, Dataset, DatasetError
 
 log = logging.getLogger(__name__)
@@ -345,7 +345,7 @@ def _stream(items: Sequence[FolderItem], src_root: Path, csv_rows: Mapping[str, 
                 extra["folder_background"] = parse_group_folder(item.group_folder, [])[2] or None
         sample = {
             "class_index": item.class_index, "source": "folder", "source_id": meta.get("source_id") or item.rel,
-            "source_url": meta.get("source_url"), "license": normalize_license(code) if code else None,
+            "source_url": meta.get("source_url"), "license": stored_license(code),
             "attribution": meta.get("attribution") or attribution, "status": status, "group": item.group,
             "background": item.background, "background_source": "human" if item.background else None,
             "extra": extra,

@@ -77,7 +77,7 @@ from curate.collect.engine import Candidate, CandidateError, CollectReport, Engi
 from curate.collect.folder import existing_dataset, resolve_class_folder
 from curate.collect.journal import Journal
 from curate.labels import AmbiguousClassError, LabelSpace, UnknownClassError, imagenet1k
-from curate.licenses import classify_licence, normalize_license
+from curate.licenses import classify_licence, stored_license
 from curate.publish.layout import CARD_FILE, COLUMN_DOCS, GROUP_NAMES
 from curate.publish.upload import DEFAULT_TOKEN_ENV, REPO_ID, scrub
 from curate.store import DEFAULT_BACKGROUNDS, Dataset, PreparedImage
@@ -578,7 +578,7 @@ def _generic_stream(table: _Table, space: LabelSpace, settings: _Settings, origi
             attribution = row.get(settings.attribution_column) if settings.attribution_column else None
             sample = {
                 "class_index": resolved, "source": "hub", "source_id": f"{table.split}/{row_number}",
-                "license": normalize_license(licence) if licence else None,
+                "license": stored_license(licence),
                 "attribution": str(attribution) if attribution else settings.attribution,
                 "status": settings.status or "candidate",
                 "extra": {"hub_source": origin, "hub_file": table.rel, "hub_file_row": index, "hub_row": row_number,

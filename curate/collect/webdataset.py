@@ -38,7 +38,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from curate.labels import LabelSpace, imagenet1k
-from curate.licenses import normalize_license
+from curate.licenses import stored_license
 from curate.store import DEFAULT_BACKGROUNDS, Dataset, DatasetError, NewSample
 
 log = logging.getLogger(__name__)
@@ -182,7 +182,7 @@ def _sample_from(shard: Path, key: str, members: list[_Member]) -> tuple[NewSamp
             return None, f"bad_member: class {text!r} is not an integer", f"{shard.name}:{by_ext['cls'].name}"
         fields["class_index"] = int(text)
     if fields.get("license"):
-        fields["license"] = normalize_license(fields["license"])
+        fields["license"] = stored_license(fields["license"])
     fields.setdefault("source", "webdataset")
     mask = by_ext.get("mask.png")
     sample = NewSample(image=image.data, mask=mask.data if mask is not None else None, extra=extra,
