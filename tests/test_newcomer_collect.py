@@ -313,3 +313,62 @@ def test_yaml_of_a_folder_job_is_plain(tmp_path, monkeypatch) -> None:
     config = yaml.safe_load((tmp_path / "data" / "dataset.yaml").read_text())
     job = next(iter(config["provenance"]["collect.folder"]["jobs"].values()))
     assert Path(job["src"]).is_absolute() and job["journal"].startswith(".collect/")
+
+
+# ------------------------------------------------------------------------------------------
+# issue 45: what a log file or a pipe receives from the collectors
+# ------------------------------------------------------------------------------------------
+
+
+def _two_split_hub_folder(src: Path) -> Path:
+    """A Hub folder with a train and a validation split (ostrich and brambling photos)."""
+    import datasets
+
+    features = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(names=["ostrich", "brambling"])})
+    (src / "data").mkdir(parents=True)
+    for k, split in enumerate(("train", "validation")):
+        images = [io.BytesIO() for _ in range(3)]
+        for j, buffer in enumerate(images):
+            Image.fromarray(np.full((8, 8, 3), 40 * k + 10 * j, np.uint8)).save(buffer, "PNG")
+        datasets.Dataset.from_dict({"image": [{"bytes": b.getvalue(), "path": None} for b in images],
+                                    "label": [0, 1, 0]}, features=features).to_parquet(
+            str(src / "data" / f"{split}-00000-of-00001.parquet"))
+    return src
+
+
+@pytest.mark.parametrize("args", [
+    ["hub", "{tmp}/no-such-folder", "{tmp}/ds"],
+    ["hub", "{hub}", "{tmp}/ds", "--label-column", "species"],
+    ["folder", "{tmp}/ds", "{bad}"],
+    ["coco", "{tmp}/ds", "--annotations", "{annotations}"],
+])
+def test_a_refused_collect_prints_its_error_and_no_progress_line(tmp_path, args) -> None:
+    """A request the collector refuses before any work prints one ``error:`` line where stderr is a
+    pipe, not ``importing: 0 done in 00:00 (0/s)`` before it."""
+    _image(tmp_path / "bad" / "dragon" / "1.jpg", 1)
+    (tmp_path / "instances.json").write_text(json.dumps({"images": [], "annotations": [], "categories": []}))
+    values = {"tmp": tmp_path, "bad": tmp_path / "bad", "annotations": tmp_path / "instances.json",
+              "hub": _two_split_hub_folder(tmp_path / "hubsrc")}
+    result = CliRunner().invoke(main, ["collect", *(a.format(**values) for a in args)])
+    assert result.exit_code != 0, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:"), result.output
+    assert not (tmp_path / "ds").exists()
+
+
+def test_collect_progress_in_a_log_file_is_plain_text(tmp_path) -> None:
+    """`collect hub ... 2> log`: the per-split progress line names the split in plain words, no rich markup."""
+    import os
+    import subprocess
+    import sys
+
+    src = _two_split_hub_folder(tmp_path / "hubsrc")
+    log = tmp_path / "collect.log"
+    with log.open("w") as handle:
+        done = subprocess.run([sys.executable, "-m", "curate.cli", "collect", "hub", str(src), str(tmp_path / "ds")],
+                              stdout=handle, stderr=subprocess.STDOUT, timeout=120, check=False,
+                              env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+    text = log.read_text()
+    assert done.returncode == 0, text
+    assert "importing validation: 6 done in" in text, text
+    assert "[dim]" not in text and "[/" not in text

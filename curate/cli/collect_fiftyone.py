@@ -2,8 +2,6 @@
 over :func:`curate.collect.fiftyone_import.collect_fiftyone`)."""
 from __future__ import annotations
 
-from collections.abc import Callable
-from contextlib import ExitStack
 from pathlib import Path
 
 import click
@@ -57,14 +55,7 @@ def collect_fiftyone_cmd(name: str, directory: Path, view: str | None, label_fie
         space, vocab = FROM_DATASET, creation_vocabulary("imagenet1k", backgrounds)[1]
     else:
         space, vocab = creation_vocabulary(label_space, backgrounds)
-    with interruptible(), ExitStack() as stack:
-        bar: list[Callable[[str, int, int | None], None]] = []
-
-        def update(label: str, done: int, total: int | None) -> None:
-            if not bar:  # drawn once the import starts: a bad request is only its error line
-                bar.append(stack.enter_context(collect_bar("importing", None)))
-            bar[0](label, done, total)
-
+    with interruptible(), collect_bar("importing", None) as update:  # drawn once the import starts
         report = collect_fiftyone(
             name, directory, view=view, label_field=label_field, mask_field=mask_field, mask_label=mask_label,
             mask_source=mask_source, fields=fields, license=license_, attribution=attribution,

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
 import click
+from rich.markup import escape
 from rich.table import Table
 
 from curate.cli import err, out, progress
@@ -31,17 +32,27 @@ _RATE_HELP = "'none' for no limit"
 
 @contextmanager
 def _bar(description: str, total: int | None) -> Iterator[Callable[[str, int, int | None], None]]:
-    """A rich progress bar; yields ``update(label, done, total)`` (the engine's progress signature)."""
-    with progress() as bar:
-        task = bar.add_task(description, total=total)
+    """A rich progress bar; yields ``update(label, done, total)`` (the engine's progress signature).
+
+    The bar opens on the first update: a request the library refuses before any work (a bad
+    source, an unknown class) prints its one error line and no progress line. The current label
+    (a class, a split) follows the description, dimmed on a terminal and as plain text where
+    stderr is a log file or a pipe (no rich markup there)."""
+    with ExitStack() as stack:
+        opened: list[tuple[Any, Any]] = []
         state: dict[str, int] = {}
 
         def update(label: str, done: int, target: int | None) -> None:
+            if not opened:
+                bar = stack.enter_context(progress())
+                opened.append((bar, bar.add_task(description, total=total)))
+            bar, task = opened[0]
             if label == "importing":  # one overall count (folder imports)
                 bar.update(task, completed=done, total=target)
                 return
             state[label] = min(done, target) if target is not None else done
-            bar.update(task, completed=sum(state.values()), total=total, description=f"{description} [dim]{label}[/]")
+            shown = f"{description} {label}" if getattr(bar, "plain", True) else f"{description} [dim]{escape(label)}[/]"
+            bar.update(task, completed=sum(state.values()), total=total, description=shown)
 
         yield update
 
