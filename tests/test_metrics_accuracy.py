@@ -135,3 +135,33 @@ def test_properties(rows) -> None:
     intervals = bootstrap_groups(correct, classes, groups, n_boot=30, seed=0)
     for interval in intervals.values():
         assert np.isnan(interval.low) or interval.low <= interval.high
+
+
+def test_no_interval_rests_on_a_cell_of_one_photo() -> None:
+    """Issue 45: with one photo per (class, group) the stratified bootstrap never moves, and the
+    drop printed as ``19.23 [19.23, 19.23]``; the rule gives no interval (NaN) instead."""
+    from curate.metrics.bootstrap import MIN_CELL, allowed_or_nan, bootstrap_paired_mean, interval_allowed
+
+    assert MIN_CELL == 2
+    assert interval_allowed([2, 5]) and not interval_allowed([1, 5]) and not interval_allowed([])
+    assert allowed_or_nan((0.1, 0.3), [3, 3]) == (0.1, 0.3)
+    assert all(np.isnan(allowed_or_nan((0.1, 0.3), [3, 1])))
+    rng = np.random.default_rng(0)
+    classes = np.repeat(np.arange(26), 2)
+    groups = np.array(["easy", "hard"] * 26, dtype=object)
+    correct = (rng.random(52) < 0.7).astype(float)
+    one = bootstrap_groups(correct, classes, groups, n_boot=200, seed=0)
+    for name in ("easy", "hard", "drop"):
+        assert np.isnan(one[name].low) and np.isnan(one[name].high), name
+    assert np.isnan(bootstrap_mean(np.array([1.0])).low)
+    assert np.isnan(bootstrap_paired_mean(np.array([0.5])).low)
+    # hand-computed: two photos per cell, one class: easy {1, 0}, hard {0, 0}. The easy cell's replicate
+    # is Binomial(2, 0.5) / 2 in {0, 0.5, 1}; the hard cell never moves (all wrong), so the drop's
+    # replicates are the easy ones: 2.5 and 97.5 percentiles of 0 / 0.5 / 1 drawn 1/4, 1/2, 1/4 -> [0, 1]
+    two = bootstrap_groups(np.array([1.0, 0.0, 0.0, 0.0]), np.zeros(4, int),
+                           np.array(["easy", "easy", "hard", "hard"], dtype=object), n_boot=2000, seed=0)
+    assert two["drop"].to_list() == [0.0, 1.0] and two["hard"].to_list() == [0.0, 0.0]
+    # one thin cell among thick ones: the intervals that resample it go, the others stay
+    thin = bootstrap_groups(np.r_[correct, correct, 1.0, 1.0, 0.0], np.r_[classes, classes, 26, 26, 26],
+                            np.r_[groups, groups, ["easy", "easy", "hard"]].astype(object), n_boot=50, seed=0)
+    assert np.isnan(thin["hard"].low) and np.isnan(thin["drop"].low) and np.isfinite(thin["easy"].low)

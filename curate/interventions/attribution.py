@@ -39,7 +39,9 @@ accuracy, App. C.3); ``drop``, ``background_part`` and ``rest`` overall use the 
 Intervals: paired percentile bootstrap. One replicate resamples the photos of every (class,
 group) cell with replacement, keeping each photo's variants together, and recomputes every
 value, so D, B and the rest of one replicate come from the same photos (their intervals are
-those of paired differences, not of independent groups). Deterministic for a seed.
+those of paired differences, not of independent groups). Deterministic for a seed. An interval
+resting on a cell of fewer than ``curate.metrics.bootstrap.MIN_CELL`` photos is NaN (the one
+interval rule, :func:`curate.metrics.bootstrap.interval_allowed`).
 """
 from __future__ import annotations
 
@@ -50,6 +52,9 @@ from typing import Any
 
 import numpy as np
 
+from curate.metrics.bootstrap import allowed_or_nan
+from curate.runs.attribution import STATISTICS
+
 __all__ = ["COLUMNS", "STATISTICS", "DECOMPOSITION", "PhotoTable", "ClassAttribution", "photo_table", "attribute",
            "rfs"]
 
@@ -57,12 +62,6 @@ __all__ = ["COLUMNS", "STATISTICS", "DECOMPOSITION", "PhotoTable", "ClassAttribu
 COLUMNS: tuple[str, ...] = ("original", "swap", "paste", "only-fg", "no-fg", "only-bg", "mixed-same", "mixed-rand",
                             "mixed-next", "noise-fg", "noise-bg", "adversarial", "ghost", "ghost-neutral",
                             "swap-unghosted")
-#: The statistics of a class and of the whole set, in the order tables show them.
-STATISTICS: tuple[str, ...] = ("easy", "hard", "drop", "hard_on_easy", "background_part", "rest", "easy_on_hard",
-                               "background_part_reverse", "paste_cost", "only_fg", "no_fg", "only_bg", "mixed_same",
-                               "mixed_rand", "mixed_next", "bg_gap", "noisy_fg", "noisy_bg", "rfs", "adversarial",
-                               "ghost", "ghost_neutral", "hard_on_easy_unghosted", "background_part_unghosted",
-                               "ghost_bias")
 #: Statistics whose overall value is taken over the classes where all three are defined.
 DECOMPOSITION: tuple[str, ...] = ("drop", "background_part", "rest")
 _COL = {name: i for i, name in enumerate(COLUMNS)}
@@ -208,8 +207,9 @@ def attribute(table: PhotoTable, *, n_boot: int = 1000, seed: int = 0, level: fl
     boot = {c: {k: np.concatenate(v) if v else np.full(0, np.nan) for k, v in replicates[c].items()} for c in classes}
     for c in classes:
         n_easy, n_hard = len(cells[c, "easy"]), len(cells[c, "hard"])
-        per_class.append(ClassAttribution(c, n_easy, n_hard, point[c],
-                                          {k: _interval(boot[c][k], level) for k in STATISTICS},
+        per_class.append(ClassAttribution(c, n_easy, n_hard, point[c],  # the interval rule: curate.metrics.bootstrap
+                                          {k: allowed_or_nan(_interval(boot[c][k], level), [n_easy, n_hard])
+                                           for k in STATISTICS},
                                           _reason(n_easy, n_hard, point[c])))
     decomposed = [c for c in classes if all(math.isfinite(point[c][k]) for k in DECOMPOSITION)]
     overall: dict[str, float] = {}
@@ -222,8 +222,9 @@ def attribute(table: PhotoTable, *, n_boot: int = 1000, seed: int = 0, level: fl
         overall[k] = float(np.mean([point[c][k] for c in use]))
         stacked = np.stack([boot[c][k] for c in use])  # (classes, n_boot)
         with np.errstate(invalid="ignore"):
-            overall_ci[k] = _interval(np.nanmean(np.where(np.isfinite(stacked), stacked, np.nan), axis=0)
-                                      if stacked.size else np.full(0, np.nan), level)
+            overall_ci[k] = allowed_or_nan(_interval(np.nanmean(np.where(np.isfinite(stacked), stacked, np.nan), axis=0)
+                                                     if stacked.size else np.full(0, np.nan), level),
+                                           [len(cells[c, g]) for c in use for g in ("easy", "hard")])
     return per_class, overall, overall_ci, len(decomposed)
 
 

@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from curate.metrics.bootstrap import allowed_or_nan
 from curate.runs.base import write_bytes
 from curate.runs.split import SplitClass, SplitRun
 from curate.split.plan_alloc import fewest_photos
@@ -207,7 +208,7 @@ def plan_class(row: SplitClass, target: float, cost: float) -> ClassPlan:
     need_e, need_h = photos_needed(a, row.n_easy, b, row.n_hard, target)
     low, after, high = _predict(row.easy_acc, row.n_easy, row.hard_acc, row.n_hard, row.n_easy + need_e,
                                 row.n_hard + need_h)
-    lo, hi = row.drop_ci
+    lo, hi = allowed_or_nan(row.drop_ci, [row.n_easy, row.n_hard])  # the interval rule: no cell of one photo
     boot = (hi - lo) / 2 if math.isfinite(lo) and math.isfinite(hi) else float("nan")
     return ClassPlan(row.class_index, row.class_name, row.easy, row.hard, row.easy_acc, row.hard_acc, row.n_easy,
                      row.n_hard, boot, drop_half_width(a, row.n_easy, b, row.n_hard), need_e, need_h, after,
