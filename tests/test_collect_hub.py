@@ -304,3 +304,30 @@ def test_shards_of_a_split_number_rows_as_load_dataset_counts_them(tmp_path) -> 
         split, number = row["source_id"].split("/")
         assert split == "train"
         assert hashlib.sha256(loaded[int(number)]["image"]["bytes"]).hexdigest() == row["sha256"], row["source_id"]
+
+
+def _splits_folder(root: Path, labels: dict[str, list[str]]) -> Path:
+    """A Hub folder with one parquet file per split, string labels, an image per row."""
+    import datasets
+
+    (root / "data").mkdir(parents=True)
+    seed = 200
+    for split, names in labels.items():
+        images = []
+        for _ in names:
+            images.append({"bytes": image_bytes(seed), "path": None})
+            seed += 1
+        datasets.Dataset.from_dict({"image": images, "label": names}, features=datasets.Features(
+            {"image": datasets.Image(), "label": datasets.Value("string")})).to_parquet(
+            str(root / "data" / f"{split}-00000-of-00001.parquet"))
+    return root
+
+
+def test_the_result_table_heads_its_split_column_split(tmp_path) -> None:
+    src = _splits_folder(tmp_path / "src", {"train": ["ostrich", "brambling"], "test": ["ostrich"]})
+    result = collect(src, tmp_path / "ds")
+    assert result.exit_code == 0, result.output
+    (header,) = [line.split() for line in result.output.splitlines() if "have" in line.split()]
+    assert header[0] == "split" and "class" not in header
+    rows = [line.split()[0] for line in result.output.splitlines() if line.split()[:1] in (["train"], ["test"])]
+    assert sorted(rows) == ["test", "train"]

@@ -66,7 +66,7 @@ def collect_hub_cmd(source: str, directory: Path, revision: str | None, online: 
                              status=status, allow_restricted=allow_restricted_licenses, label_space=space,
                              backgrounds=vocab, name=name, concurrency=concurrency, batch_size=batch_size,
                              progress=update)
-    print_collect_report(report)
+    print_collect_report(report, heading="split")  # the import's groups are the source's splits
     info = report.info
     out().print(f"source {info['source']}" + (" (a curate-published folder: rows restored as published)"
                                                if info["curate_folder"] else ""))

@@ -66,9 +66,11 @@ def _interruptible() -> Iterator[None]:
         sys.exit(130)
 
 
-def _report_table(report: Any, extra_columns: dict[str, dict[str, str]] | None = None) -> Table:
+def _report_table(report: Any, extra_columns: dict[str, dict[str, str]] | None = None, *,
+                  heading: str = "class") -> Table:
+    """One row per group of the job; ``heading`` names what a group is (a class; a split for `collect hub`)."""
     table = Table(title=f"{report.kind} job {report.job_id}", title_justify="left", show_edge=False)
-    table.add_column("class")
+    table.add_column(heading)
     for name in (extra_columns or {}):
         table.add_column(name)
     table.add_column("have", justify="right")
@@ -86,8 +88,9 @@ def _report_table(report: Any, extra_columns: dict[str, dict[str, str]] | None =
     return table
 
 
-def _print_report(report: Any, extra_columns: dict[str, dict[str, str]] | None = None) -> None:
-    out().print(_report_table(report, extra_columns))
+def _print_report(report: Any, extra_columns: dict[str, dict[str, str]] | None = None, *,
+                  heading: str = "class") -> None:
+    out().print(_report_table(report, extra_columns, heading=heading))
     out().print(f"{report} in {report.seconds:.1f} s; journal {report.journal}")
     if report.client:
         c = report.client
