@@ -278,3 +278,25 @@ def test_rescoring_a_subset_slices_the_cached_classifier_and_encodes_nothing(fol
                 if label in CLASSES]
         if kept:  # the best subset label among the full run's top-5 is the subset run's top-1
             assert row["topk_labels"][0] == kept[0][0] and row["topk_scores"][0] == pytest.approx(kept[0][1])
+
+
+def test_the_evaluate_table_labels_each_column_by_what_it_holds(tmp_path) -> None:
+    """Issue 45: the title said "balanced top-1 %" while the `acc1` column held the per-image accuracy."""
+    from click.testing import CliRunner
+
+    from curate.cli import main
+    from curate.formatting import pct
+
+    ds = make_folder(tmp_path / "ds", per_class=5)  # 3 easy + 2 hard per class: per-photo != balanced
+    result = CliRunner(env={"COLUMNS": "300"}).invoke(main, ["evaluate", str(ds.root), "--model", "curate-tiny-vit",
+                                                             "--bootstrap", "10"])
+    assert result.exit_code == 0, result.output
+    assert "balanced top-1 %" not in result.output
+    header = next(line for line in result.output.splitlines() if "model" in line and "drop" in line)
+    assert "top-1 (per photo)" in header and "easy (balanced)" in header and "hard (balanced)" in header
+    from curate.runs import EvaluationRun
+
+    run = EvaluationRun.load(next((ds.root / "runs").iterdir()))
+    row = next(line for line in result.output.splitlines() if run.model_label[:10] in line and line != header)
+    cells = [c.strip() for c in row.split("│")[1:]]
+    assert cells[1] == pct(run.overall["acc1"], 2) and cells[3] == pct(run.group("easy").acc1, 2)

@@ -69,7 +69,9 @@ def evaluate(directory: Path, models: tuple[str, ...], pretrained: tuple[str, ..
     prompt_names = ", ".join(sorted({r.prompts_name for r in runs})) or prompts
     table = Table(title=f"{shown(directory)} — {spaces}, prompts {prompt_names} ({_header_note(directory, runs)})",
                   title_justify="left")
-    for column in ("model", "acc1", "acc5", "easy", "hard", "drop [95% CI]", "excluded"):
+    # each column says what it holds: top-1 / top-5 over every photo; easy / hard balanced over classes
+    for column in ("model", "top-1 (per photo)", "top-5 (per photo)", "easy (balanced)", "hard (balanced)",
+                   "drop [95% CI]", "excluded"):
         table.add_column(column, justify="left" if column == "model" else "right")
     for run in runs:
         drop = run.drop
@@ -91,16 +93,16 @@ def _header_note(directory: Path, runs) -> str:
     """What the table's numbers are, and where its easy / hard come from: the folder's groups,
     a `curate split` run (whose reference model's drop is in-sample), or none at all."""
     if not any(run.has_groups for run in runs):
-        return "balanced top-1 %; no easy/hard groups in this folder: `curate split DIR --reference MODEL` makes them"
+        return "accuracies %; no easy/hard groups in this folder: `curate split DIR --reference MODEL` makes them"
     from curate.compare import split_reference
 
     split = split_reference(directory)
     if split is None:
-        return "balanced top-1 %, drop in points; easy/hard as the folder's group column has them, no `curate split` run"
+        return "accuracies %, drop in points; easy/hard as the folder's group column has them, no `curate split` run"
     if any(split.is_reference(model_id=run.model_id, run=run.name) for run in runs):
-        return ("balanced top-1 %, drop in points; the split's reference model's drop is in-sample: "
+        return ("accuracies %, drop in points; the split's reference model's drop is in-sample: "
                 "see `curate compare`")
-    return "balanced top-1 %, drop in points; easy/hard from `curate split`"
+    return "accuracies %, drop in points; easy/hard from `curate split`"
 
 @main.command()
 @click.argument("directory", type=UserPath(path_type=Path, exists=True, file_okay=False))
