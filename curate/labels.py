@@ -11,6 +11,7 @@ open_clip uses in prompts (``IMAGENET_CLASSNAMES``) and timm's WordNet lemmas.
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -19,6 +20,8 @@ from typing import Any
 from curate.paths import data_file
 
 IMAGENET1K = "imagenet1k"
+#: Classes suggested for a name the label space does not hold (:meth:`LabelSpace.suggestions`).
+SUGGESTIONS = 5
 
 
 class UnknownClassError(KeyError):
@@ -48,6 +51,8 @@ class LabelSpace:
     ids: tuple[str, ...] = ()
     synonyms: tuple[tuple[str, ...], ...] = ()
     _lookup: dict[str, tuple[int, ...]] = field(default_factory=dict, compare=False, repr=False)
+    #: Every name and synonym as written (not the ids) -> (its words read singular, the classes it names).
+    _keys: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not self.names:
@@ -65,6 +70,12 @@ class LabelSpace:
                 if key:
                     lookup.setdefault(_norm(key), []).append(index)
         self._lookup.update({k: tuple(sorted(set(v))) for k, v in lookup.items()})
+        written: dict[str, set[int]] = {}
+        for index, name in enumerate(self.names):
+            for key in (name, *(self.synonyms[index] if self.synonyms else ())):
+                if key:
+                    written.setdefault(key, set()).add(index)
+        self._keys.update({k: (tuple(_stem(w) for w in _words(k)), tuple(sorted(v))) for k, v in written.items()})
 
     def __len__(self) -> int:
         return len(self.names)
@@ -98,10 +109,9 @@ class LabelSpace:
         text = _norm(str(key))
         hits = self._lookup.get(text)
         if hits is None:
-            close = difflib.get_close_matches(text, list(self._lookup), n=3, cutoff=0.75)
-            hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+            hint = self.hint(str(key))
             raise UnknownClassError(
-                f"unknown class {key!r} in label space '{self.name}'{hint} "
+                f"unknown class {key!r} in label space '{self.name}'{'; ' + hint if hint else ''} "
                 "(use an index, a WordNet id or a label name)"
             )
         if len(hits) > 1:
@@ -110,6 +120,51 @@ class LabelSpace:
                 "give the index instead"
             )
         return hits[0]
+
+    def suggestions(self, text: str, n: int = SUGGESTIONS) -> list[tuple[int, str]]:
+        """Up to ``n`` classes to suggest for ``text`` that names none: ``(index, the name or synonym
+        that matched)``, best first.
+
+        By words first: the classes one of whose names or synonyms (for ImageNet, the WordNet
+        lemmas of ``datasets/imagenet1k.tsv``) holds every word of ``text``, a plural read as its
+        singular ("cats" -> cat). Ranked by (the last word of the name is the last word of
+        ``text``, i.e. the name is a kind of it: "tabby cat" before "cat bear"; fewer other words;
+        index). "cat" -> tabby cat, tiger cat, Persian cat, Siamese cat, Egyptian Mau (lemma
+        "Egyptian cat"). Only when no name holds the words: the names spelled most alike
+        (``difflib``, ratio >= 0.75), for typos ("ostrch" -> ostrich). WordNet itself (nltk) is not
+        used: its data is a separate download an offline install lacks, and the lemmas shipped
+        with the label space are WordNet's own for its synsets.
+        """
+        wanted = [_stem(w) for w in _words(text)]
+        if not wanted:
+            return []
+        best: dict[int, tuple[tuple[int, int, int], str]] = {}
+        for key, (words, indices) in self._keys.items():
+            if not words or not set(wanted) <= set(words):
+                continue
+            rank = (0 if words[-1] == wanted[-1] else 1, len(words) - len(wanted))
+            for index in indices:
+                score = (*rank, index)
+                if index not in best or score < best[index][0]:
+                    best[index] = (score, key)
+        if best:
+            return [(index, key) for index, (_, key) in sorted(best.items(), key=lambda kv: kv[1][0])[:n]]
+        found: list[tuple[int, str]] = []
+        for close in difflib.get_close_matches(_norm(text), list(self._lookup), n=n, cutoff=0.75):
+            for index in self._lookup[close]:
+                if index not in {i for i, _ in found}:
+                    found.append((index, next(k for k in self._keys if _norm(k) == close)))
+        return found[:n]
+
+    def hint(self, text: str) -> str:
+        """``did you mean 'tabby cat' (281), 'Egyptian Mau' (285, as 'Egyptian cat'), ...?`` for an
+        unknown ``text`` (:meth:`suggestions`), or "" when there is nothing to suggest. Every
+        collector's unknown-class message says it (they all resolve through :meth:`resolve`)."""
+        shown = []
+        for index, key in self.suggestions(text):
+            name = self.names[index]
+            shown.append(f"{name!r} ({index})" if _norm(key) == _norm(name) else f"{name!r} ({index}, as {key!r})")
+        return f"did you mean {', '.join(shown)}?" if shown else ""
 
     def resolve_many(self, keys: Iterable[int | str]) -> list[int]:
         return [self.resolve(k) for k in keys]
@@ -147,6 +202,21 @@ class LabelSpace:
 
 def _norm(text: str) -> str:
     return " ".join(text.replace("_", " ").split()).casefold()
+
+
+def _words(text: str) -> list[str]:
+    return re.findall(r"[^\W_]+", text.casefold())
+
+
+def _stem(word: str) -> str:
+    """A plural read as its singular, roughly (cats -> cat, foxes -> fox, puppies -> puppy); other words as they are."""
+    if len(word) > 4 and word.endswith("ies"):
+        return word[:-3] + "y"
+    if len(word) > 4 and word.endswith(("ches", "shes", "xes", "ses", "zes")):
+        return word[:-2]
+    if len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is")):
+        return word[:-1]
+    return word
 
 
 @lru_cache(maxsize=1)

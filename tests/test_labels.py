@@ -33,3 +33,21 @@ def test_custom_label_space_round_trips_through_config() -> None:
     assert imagenet1k().to_config() == {"name": "imagenet1k"}
     with pytest.raises(ValueError, match="names"):
         LabelSpace.from_config({"name": "mine", "names": ["ok", ""]})
+
+
+def test_an_unknown_word_suggests_the_classes_named_by_it() -> None:
+    """'cat' suggests ImageNet's cats (by the words of names and WordNet lemmas), not 'crate' or 'coast'."""
+    space = imagenet1k()
+    assert [index for index, _ in space.suggestions("cat")] == [281, 282, 283, 284, 285]
+    assert [index for index, _ in space.suggestions("cats")][:5] == [281, 282, 283, 284, 285]
+    with pytest.raises(UnknownClassError) as info:
+        space.resolve("cat")
+    message = str(info.value)
+    for shown in ("'tabby cat' (281)", "'tiger cat' (282)", "'Persian cat' (283)", "'Siamese cat' (284)",
+                  "'Egyptian Mau' (285, as 'Egyptian cat')"):
+        assert shown in message, message
+    assert "crate" not in message and "coast" not in message
+    # a typo still finds its class by spelling; a word no class carries suggests nothing
+    assert space.suggestions("ostrch")[0][0] == 9
+    assert space.suggestions("qwertyuiop") == []
+    assert [i for i, _ in space.suggestions("polar bear")] == [296]
