@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 import sys
 from collections import defaultdict
@@ -158,6 +159,37 @@ def test_no_module_imports_itself_back_through_a_circle() -> None:
     lines = {(m, t): f"{m}:{line} -> {t}" for m, ts in graph.items() for t, line in ts.items()}
     circles = strongly_connected(simple)
     assert not circles, "import circles in curate/:\n" + "\n".join(describe(c, simple, lines) for c in circles)
+
+
+def test_packages_form_a_stack_of_floors() -> None:
+    packages = package_graph(import_graph())
+    simple = {p: set(t) for p, t in packages.items()}
+    lines = {(a, b): "; ".join(e) for a, t in packages.items() for b, e in t.items()}
+    circles = strongly_connected(simple)
+    assert not circles, "packages that import each other back (move the shared code to the lower one):\n" + \
+        "\n".join(describe(c, simple, lines) for c in circles)
+    assert {"store", "runs", "models", "stages", "cli"} <= set(packages)
+
+
+def design_floors() -> list[list[str]]:
+    """The floors docs/design.md#architecture lists (``floor N: a, b, c`` lines), lowest first."""
+    text = DESIGN.read_text(encoding="utf-8")
+    section = text.split("\n## architecture", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^floor (\d+): (.+)$", section, flags=re.MULTILINE)
+    assert rows, "docs/design.md#architecture lists no floors"
+    assert [int(n) for n, _ in rows] == list(range(len(rows)))
+    return [[name.strip().strip("`").rstrip("/") for name in names.split(",")] for _, names in rows]
+
+
+def test_design_lists_every_package_on_a_floor_above_what_it_imports() -> None:
+    packages = package_graph(import_graph())
+    listed = design_floors()
+    floor_of = {name: n for n, names in enumerate(listed) for name in names}
+    assert set(floor_of) == set(packages), (f"missing from docs/design.md: {sorted(set(packages) - set(floor_of))}; "
+                                            f"not packages: {sorted(set(floor_of) - set(packages))}")
+    wrong = [e for a, targets in packages.items() for b, es in targets.items() if floor_of[b] >= floor_of[a] for e in es]
+    assert not wrong, "imports that do not go down a floor of docs/design.md:\n" + "\n".join(wrong)
+    assert max(floors(packages).values()) == len(listed) - 1
 
 
 # ----------------------------------------------------------------------------- the run registry

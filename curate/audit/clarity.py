@@ -62,7 +62,7 @@ import numpy as np
 
 from curate.audit.base import AuditInputs, CheckResult, nan_scores
 from curate.audit.combine import within_group_percentiles
-from curate.masks.sources import mask_counts, mask_source, trusted_rows
+from curate.store.mask_sources import mask_counts, mask_source, trusted_rows
 
 logger = logging.getLogger(__name__)
 

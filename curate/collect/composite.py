@@ -64,8 +64,8 @@ from curate.collect.engine import (
 )
 from curate.collect.journal import Journal
 from curate.licenses import RESTRICTED, normalize_license, stored_license
-from curate.masks.sources import mask_source, trusted_rows, untrusted_masks_message
 from curate.store import Dataset, DatasetError
+from curate.store.mask_sources import mask_source, trusted_rows, untrusted_masks_message
 
 log = logging.getLogger(__name__)
 

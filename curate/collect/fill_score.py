@@ -27,7 +27,7 @@ import numpy as np
 
 from curate.collect.engine import Candidate
 from curate.collect.http import HttpError, PoliteClient
-from curate.discover.embed import project_out
+from curate.metrics.projection import project_out
 
 #: How the score is made, recorded in each proposal's ``extra.proposed_for.scored_by``.
 FORMULA = "cos(b, mean_group) - cos(b, mean_other); b = CLIP image embedding, class text direction projected out"

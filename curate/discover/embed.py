@@ -41,8 +41,9 @@ from typing import Any
 import numpy as np
 
 from curate.interventions import image_ops as ops
-from curate.masks.sources import is_trusted, usable_mask
+from curate.metrics.projection import project_out
 from curate.runs.base import slug, write_bytes
+from curate.store.mask_sources import is_trusted, usable_mask
 
 __all__ = ["METHODS", "FILL_RULE", "BackgroundEmbeddings", "choose_method", "project_out", "removal_embeddings",
            "RemovalCache"]
@@ -76,16 +77,6 @@ def choose_method(rows: Sequence[Mapping[str, Any]], method: str, *, min_masked_
         return "projection"
     masked = sum(1 for r in rows if is_trusted(r, allow_model_masks=allow_model_masks))
     return "removal" if masked / len(rows) >= min_masked_share else "projection"
-
-
-def project_out(embeddings: np.ndarray, direction: np.ndarray) -> np.ndarray:
-    """``(e - (e . t) t)`` renormalised, row by row, with ``t`` the L2-normalised ``direction``."""
-    e = np.asarray(embeddings, dtype=np.float64)
-    t = np.asarray(direction, dtype=np.float64)
-    t = t / np.linalg.norm(t)
-    rest = e - np.outer(e @ t, t)
-    norms = np.linalg.norm(rest, axis=1, keepdims=True)
-    return (rest / np.where(norms > 0, norms, 1.0)).astype(np.float32)
 
 
 class RemovalCache:

@@ -151,7 +151,7 @@ def lazy_model(name: str, pretrained: str | None, root: Path, loader: Callable[[
     ``overrides`` replace entries of the recorded ``info`` that depend on this run (device,
     precision), so a run record does not claim the device of an older run.
     """
-    from curate.runs import write_json
+    from curate.jsonio import write_json
 
     key = identity_key(name, pretrained)
     if key is None:

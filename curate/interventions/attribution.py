@@ -53,6 +53,7 @@ from typing import Any
 import numpy as np
 
 from curate.metrics.bootstrap import allowed_or_nan
+from curate.runs.attribution import STATISTICS
 
 __all__ = ["COLUMNS", "STATISTICS", "DECOMPOSITION", "PhotoTable", "ClassAttribution", "photo_table", "attribute",
            "rfs"]
@@ -61,12 +62,6 @@ __all__ = ["COLUMNS", "STATISTICS", "DECOMPOSITION", "PhotoTable", "ClassAttribu
 COLUMNS: tuple[str, ...] = ("original", "swap", "paste", "only-fg", "no-fg", "only-bg", "mixed-same", "mixed-rand",
                             "mixed-next", "noise-fg", "noise-bg", "adversarial", "ghost", "ghost-neutral",
                             "swap-unghosted")
-#: The statistics of a class and of the whole set, in the order tables show them.
-STATISTICS: tuple[str, ...] = ("easy", "hard", "drop", "hard_on_easy", "background_part", "rest", "easy_on_hard",
-                               "background_part_reverse", "paste_cost", "only_fg", "no_fg", "only_bg", "mixed_same",
-                               "mixed_rand", "mixed_next", "bg_gap", "noisy_fg", "noisy_bg", "rfs", "adversarial",
-                               "ghost", "ghost_neutral", "hard_on_easy_unghosted", "background_part_unghosted",
-                               "ghost_bias")
 #: Statistics whose overall value is taken over the classes where all three are defined.
 DECOMPOSITION: tuple[str, ...] = ("drop", "background_part", "rest")
 _COL = {name: i for i, name in enumerate(COLUMNS)}

@@ -7,6 +7,9 @@ Names resolve lazily to their modules, so importing ``curate.metrics`` stays lig
 - :mod:`curate.metrics.robustness`: effective robustness (per family; logit or linear fit, Taori et al.).
 - :mod:`curate.metrics.spuriousity`: SSS (papers/004 §3.1, App. C) and RMA (papers/000).
 - :mod:`curate.metrics.fidelity`: Fid, R-Fid, F-Fid (papers/002) and the verdicts against a random map.
+- :mod:`curate.metrics.split_rule`: the easy/hard split rule (papers/003 §2.1), its p-values and
+  cross-fitted drops (also importable as :mod:`curate.split.discovery`).
+- :mod:`curate.metrics.projection`: a direction projected out of embeddings (``curate discover``).
 - :mod:`curate.metrics.info`: :class:`MetricInfo`, each metric's name, formula, direction and
   undefined cases; :func:`metric_infos` lists them all.
 

@@ -68,6 +68,9 @@ from typing import Any
 
 import numpy as np
 
+__all__ = ["TIE_RULE", "TIE_DECIMALS", "SplitRule", "CellStats", "ClassSplit", "permutation_p_value", "crossfit_drop",
+           "NoiseSummary", "noise_summary", "tied_backgrounds", "discover", "group_assignments"]
+
 #: The tie-break, as tables state it (the module docstring gives the reasons).
 TIE_RULE = ("equal accuracies, compared to 9 decimals, go to the background with more images, then to the first in name "
             "order; every tie is listed")

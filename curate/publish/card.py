@@ -28,8 +28,8 @@ import yaml
 from curate import __version__
 from curate.formatting import md_table
 from curate.licenses import EXCLUSION_REASONS, CardLicence
-from curate.masks.sources import mask_source
 from curate.publish.layout import ATTRIBUTION_FILE, COLUMN_DOCS
+from curate.store.mask_sources import mask_source
 
 if TYPE_CHECKING:  # pragma: no cover
     from datasets import Features

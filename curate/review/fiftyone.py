@@ -63,7 +63,6 @@ import numpy as np
 
 from curate import __version__
 from curate.labels import UnknownClassError
-from curate.masks.sources import proposal_of
 from curate.review.annotation import GUIDELINE_FILE, annotation_file
 from curate.review.sync import (
     Edit,
@@ -93,6 +92,7 @@ from curate.review.vocabulary import SUSPECT_PREFIX, TagVocabulary
 from curate.runs import iter_runs
 from curate.shell import suggest
 from curate.store import Dataset
+from curate.store.mask_sources import proposal_of
 
 log = logging.getLogger(__name__)
 

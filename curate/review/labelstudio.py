@@ -72,7 +72,6 @@ from xml.sax.saxutils import quoteattr
 
 import numpy as np
 
-from curate.masks.sources import proposal_of
 from curate.review import rle
 from curate.review.annotation import (
     LABELSTUDIO_TEMPLATE,
@@ -98,6 +97,7 @@ from curate.review.vocabulary import SUSPECT_PREFIX, TagVocabulary
 from curate.runs import RUNS_DIR, EvaluationRun, RunError, list_runs
 from curate.shell import suggest
 from curate.store import Dataset
+from curate.store.mask_sources import proposal_of
 
 log = logging.getLogger(__name__)
 

@@ -84,12 +84,12 @@ from typing import Any, Literal
 import numpy as np
 
 from curate import __version__
-from curate.masks.sources import REJECTED_STATUS, model_id_of
 from curate.runs import slug
 from curate.store import Dataset, DatasetError
 from curate.store import schema as S
 from curate.store.atomic import atomic_write_bytes
 from curate.store.images import ImageRejected, mask_array
+from curate.store.mask_sources import REJECTED_STATUS, model_id_of
 
 log = logging.getLogger(__name__)
 

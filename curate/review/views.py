@@ -39,8 +39,8 @@ from typing import Any
 
 import yaml
 
-from curate.masks.sources import EXACT_STATUSES, HUMAN_STATUSES, REJECTED_STATUS, mask_source, proposal_score
 from curate.review.annotation import VIEWS_FILE, annotation_file
+from curate.store.mask_sources import EXACT_STATUSES, HUMAN_STATUSES, REJECTED_STATUS, mask_source, proposal_score
 from curate.store.schema import COLUMN_NAMES
 
 log = logging.getLogger(__name__)

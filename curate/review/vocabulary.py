@@ -42,8 +42,8 @@ from typing import Any
 
 import yaml
 
-from curate.masks.sources import MODEL_PREFIX, REJECTED_STATUS
 from curate.review.annotation import TAGS_FILE, annotation_file
+from curate.store.mask_sources import MODEL_PREFIX, REJECTED_STATUS
 
 #: The audit's pre-tags (``suspect:<check>``, curate.audit): kept as is in the folder's tags column.
 SUSPECT_PREFIX = "suspect:"

@@ -7,7 +7,7 @@ Files (``runs/<name>/`` of the intervention folder; docs/design.md#interventions
   replicates, seed, level, the paste-control threshold), ``models`` (one entry per evaluation run:
   run, model label and id, family, label space, chance);
 - ``attribution.json``: per model ``overall`` (each statistic of
-  :data:`curate.interventions.attribution.STATISTICS` with its interval), ``classes_used`` (classes
+  :data:`STATISTICS` with its interval), ``classes_used`` (classes
   in the overall decomposition) and ``classes`` (per class: photo counts, values, intervals,
   ``reason`` when the decomposition is undefined, ``flag`` when the paste control loses more than
   the threshold);
@@ -25,13 +25,19 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from curate.formatting import ci, md_table, num, pct, pct_ci
-from curate.interventions.attribution import STATISTICS
 from curate.jsonio import write_json
 from curate.runs.base import RunRecord, read_result_json, write_bytes
 from curate.runs.registry import register_run_kind
 
-__all__ = ["AttributionRun", "ModelAttribution", "ClassRow", "DECOMPOSITION_NOTE"]
+__all__ = ["STATISTICS", "AttributionRun", "ModelAttribution", "ClassRow", "DECOMPOSITION_NOTE"]
 
+#: The statistics of a class and of the whole set, in the order tables show them (computed by
+#: :func:`curate.interventions.attribution.attribute`; defined here, below it, since the record stores them).
+STATISTICS: tuple[str, ...] = ("easy", "hard", "drop", "hard_on_easy", "background_part", "rest", "easy_on_hard",
+                               "background_part_reverse", "paste_cost", "only_fg", "no_fg", "only_bg", "mixed_same",
+                               "mixed_rand", "mixed_next", "bg_gap", "noisy_fg", "noisy_bg", "rfs", "adversarial",
+                               "ghost", "ghost_neutral", "hard_on_easy_unghosted", "background_part_unghosted",
+                               "ghost_bias")
 #: What the decomposition can and cannot show (tables and the report print it).
 DECOMPOSITION_NOTE = (
     "drop D = easy - hard on the masked photos; background part B = accuracy of the hard objects pasted on easy "

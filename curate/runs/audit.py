@@ -24,9 +24,9 @@ from typing import Any, ClassVar
 import numpy as np
 
 from curate.jsonio import write_json
-from curate.masks.sources import MaskCounts
 from curate.runs.base import RunError, RunRecord, read_parquet, read_result_json, write_parquet
 from curate.runs.registry import register_run_kind
+from curate.store.mask_sources import MaskCounts
 
 __all__ = ["AuditRun", "CheckSummary"]
 

@@ -48,7 +48,6 @@ from typing import Any, ClassVar
 import numpy as np
 
 from curate.jsonio import json_safe, write_json
-from curate.masks.sources import MaskCounts
 from curate.runs.base import (
     ModelBlock,
     RunError,
@@ -58,6 +57,7 @@ from curate.runs.base import (
     write_parquet,
 )
 from curate.runs.registry import register_run_kind
+from curate.store.mask_sources import MaskCounts
 
 __all__ = [
     "SPLIT_ORDER",

@@ -40,9 +40,9 @@ from typing import Any, ClassVar
 
 from curate.formatting import num
 from curate.jsonio import write_json
-from curate.masks.sources import MaskCounts
 from curate.runs.base import RunError, RunRecord, read_result_json, write_bytes
 from curate.runs.registry import register_run_kind
+from curate.store.mask_sources import MaskCounts
 
 __all__ = [
     "FAMILY_LABELS",

@@ -18,7 +18,7 @@ Files (``runs/<name>/``):
   readers outside curate;
 - ``split.md`` / ``split.csv`` (the paper's Tables 1 and 5 with curate's columns; ties marked and
   explained), ``cells.csv`` (every class x background accuracy): written by the record, from
-  :mod:`curate.split.tables_text` (no figure code);
+  :mod:`curate.runs.split_tables` (no figure code);
 - ``fig3_counts.png`` and ``fig4_drops.png``: written by the split stage
   (:func:`curate.split.tables.write_figures`) before the record, so the record imports no
   matplotlib; a record written on its own has no figures.
@@ -40,10 +40,10 @@ from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
 
 from curate.jsonio import write_json
+from curate.metrics.split_rule import ClassSplit, NoiseSummary, SplitRule, noise_summary, tied_backgrounds
+from curate.runs import split_tables
 from curate.runs.base import RunRecord, read_result_json, write_bytes
 from curate.runs.registry import register_run_kind
-from curate.split import tables_text
-from curate.split.discovery import ClassSplit, NoiseSummary, SplitRule, noise_summary, tied_backgrounds
 
 __all__ = ["PAPER_PROMPT", "LabelSources", "ReferenceDrop", "SplitCell", "SplitClass", "SplitReference", "SplitRun"]
 
@@ -139,7 +139,7 @@ class SplitClass:
     def tie_notes(self) -> list[str]:
         """``["tie: easy chosen among sand (n 40), water (n 40), all at 100.00%: sand, by name order ..."]``
         (one per tied side; ``[]`` without a tie), as the tables show it."""
-        return tables_text.tie_notes(self)
+        return split_tables.tie_notes(self)
 
     def distinguishable(self, alpha: float = 0.05) -> bool:
         """The permutation test rejects "background does not matter" at ``alpha``."""
@@ -273,9 +273,9 @@ class SplitRun(RunRecord):
     def _write_results(self, run_dir: Path) -> None:
         """The JSON and the text tables (the figures are the stage's: module docstring)."""
         write_json(run_dir / self.SUMMARY, {"classes": [c.to_dict() for c in self.classes], **self.summary_dict()})
-        write_bytes(run_dir / self.CSV, tables_text.to_csv(self.classes).encode())
-        write_bytes(run_dir / self.CELLS, tables_text.cells_csv(self.classes).encode())
-        write_bytes(run_dir / self.MARKDOWN, tables_text.to_markdown(self).encode())
+        write_bytes(run_dir / self.CSV, split_tables.to_csv(self.classes).encode())
+        write_bytes(run_dir / self.CELLS, split_tables.cells_csv(self.classes).encode())
+        write_bytes(run_dir / self.MARKDOWN, split_tables.to_markdown(self).encode())
 
     #: set by :meth:`migrate` on a run written before ties were recorded (never written back)
     _DERIVE_TIES: ClassVar[str] = "_ties_from_cells"

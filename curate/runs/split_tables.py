@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from curate.formatting import num, pct, pct_ci
-from curate.split.discovery import TIE_RULE
+from curate.metrics.split_rule import TIE_RULE
 
 __all__ = ["cells_csv", "rule_text", "significance_advice", "tie_notes", "to_csv", "to_markdown"]
 

@@ -1,4 +1,4 @@
-"""The split's figures (papers/003 Figs. 3 and 4), and its tables re-exported from :mod:`curate.split.tables_text`.
+"""The split's figures (papers/003 Figs. 3 and 4), and its tables re-exported from :mod:`curate.runs.split_tables`.
 
 Rows are anything shaped like :class:`curate.runs.split.SplitClass`; the figures need only
 ``class_index`` / ``class_name`` and the counts or drops, so the report can pass its own rows.
@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from curate.split.tables_text import cells_csv, rule_text, significance_advice, tie_notes, to_csv, to_markdown
+from curate.runs.split_tables import cells_csv, rule_text, significance_advice, tie_notes, to_csv, to_markdown
 
 __all__ = ["FIG_COUNTS", "FIG_DROPS", "cells_csv", "counts_figure", "drops_figure", "rule_text", "significance_advice",
            "tie_notes", "to_csv", "to_markdown", "write_figures"]

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
+from curate.jsonio import write_json
 from curate.labels import LabelSpace, UnknownClassError
-from curate.runs import write_json
 
 LABELSPACES_DIR = "labelspaces"
 TOP20_FILE = "top20.json"

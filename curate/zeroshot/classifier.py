@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from curate.runs import write_bytes, write_json
+from curate.jsonio import write_json
+from curate.store.atomic import atomic_write_beside
 from curate.zeroshot.prompts import PromptSet
 
 if TYPE_CHECKING:
@@ -121,7 +122,7 @@ def _write_entry(base: Path, record: dict, weights: np.ndarray) -> np.ndarray:
     array = np.ascontiguousarray(weights, dtype=np.float32)
     buffer = io.BytesIO()
     np.save(buffer, array, allow_pickle=False)
-    write_bytes(base.with_suffix(".npy"), buffer.getvalue())
+    atomic_write_beside(base.with_suffix(".npy"), buffer.getvalue())
     write_json(base.with_suffix(".json"), {"record": record, "shape": list(array.shape)})
     return array
 
