@@ -1,5 +1,8 @@
 """Import a Hugging Face dataset into a dataset folder (``curate collect hub SOURCE DIR``).
 
+Why it is long (one job): one importer of the Hugging Face layout: sources, the card's checks,
+curate-published folders row for row and other datasets mapped by label, resumable.
+
 SOURCE is one of:
 
 - a repo id (``owner/name``), with ``revision`` (branch, tag or commit; default ``main``):

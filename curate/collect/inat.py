@@ -1,5 +1,8 @@
 """Collect iNaturalist photos for ImageNet-1K classes (papers/003 §2.1), resumably and politely.
 
+Why it is long (one job): one source's collector: taxon resolution, the API's paging, licences and
+the resumable, polite stream into the folder each have their own rules (the numbered list below).
+
 For each class (an ImageNet-1K index) the collector:
 
 1. resolves an iNaturalist taxon: the recipe's ``inat_taxon`` override (names or taxon ids;

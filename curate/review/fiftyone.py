@@ -1,5 +1,8 @@
 """The dataset folder as a persistent FiftyOne dataset: push, saved views, the App, pull.
 
+Why it is long (one job): the FiftyOne side of the two-way review; push (fields, runs, audit scores,
+saved views), observe and pull share the one field mapping below, so they stay beside it.
+
 ``push_fiftyone(DIR)`` makes (or updates in place) a persistent FiftyOne dataset named from
 ``dataset.yaml`` with one sample per row:
 

@@ -1,5 +1,8 @@
 """The dataset folder as a Label Studio project: config, tasks with pre-labels, pull.
 
+Why it is long (one job): the Label Studio side of the two-way review; the config, the tasks with
+pre-labels and their pull share one mapping of choices and brushes, and the SDK calls sit behind it.
+
 ``push_labelstudio(DIR, url=..., token=...)`` creates (or reuses, by title) a project whose
 labelling config is ``annotation/labelstudio.xml`` filled with the dataset's backgrounds and
 the vocabulary of ``annotation/tags.yaml`` (:func:`labelstudio_config`): a brush for the animal

@@ -1,5 +1,8 @@
 """The explain stage: saliency maps, SSS and RMA for every masked sample of a dataset folder.
 
+Why it is long (one job): one stage from maps to tables: batched saliency on the device (workers,
+batches), the reduction to SSS / RMA, and the per prediction, image, class and group rows the run holds.
+
 ``explain(dataset, model, settings)`` is what ``curate explain DIR`` calls. For every sample with
 a trusted mask it computes the saliency maps of the chosen targets in batches on the
 device (:class:`curate.saliency.Explainer`), carries the mask through the model's preprocessing

@@ -1,5 +1,8 @@
 """The dataset folder: ``Dataset`` (create, open, add, update, select, read) and ``NewSample``.
 
+Why it is long (one job): every read and write of the folder goes through this one class, under one
+lock and one cached table; what stands alone already lives apart (schema, atomic, images, validate, rowscan).
+
 Layout (DESIGN.md, "The dataset on disk")::
 
     dataset.yaml        name, schema_version, label_space, backgrounds, recipe, provenance

@@ -1,5 +1,8 @@
 """Whole-column checks of ``samples.parquet`` with pyarrow compute: which rows need a closer look.
 
+Why it is long (one job): deciding which rows and files validate's slow per-row checks must see; each
+column rule needs its own arrow-kernel superset, plus the stamps that let a re-open skip unchanged files.
+
 :func:`curate.store.validate.inspect_dataset` used to run every check cell by cell in Python
 (about 23 million calls at a million rows, tens of seconds). Almost every row of a folder that
 curate wrote is fine, so validation now runs in two passes (docs/design.md#dataset-folder):

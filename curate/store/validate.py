@@ -1,5 +1,8 @@
 """Validation of a dataset folder: every problem, named by row, sample and column.
 
+Why it is long (one job): every rule a folder must meet, in one file so the list below is the whole
+list; each rule runs on the streamed batches of a million-row table and on the rows rowscan flags.
+
 :func:`check_dataset` reads ``dataset.yaml`` and ``samples.parquet`` and lists ALL problems it
 finds (it never stops at the first); :meth:`Dataset.open <curate.store.Dataset.open>` runs the
 same checks and refuses a folder with any problem of severity "error".
