@@ -192,6 +192,23 @@ def test_design_lists_every_package_on_a_floor_above_what_it_imports() -> None:
     assert max(floors(packages).values()) == len(listed) - 1
 
 
+#: A module longer than this says at the top of its docstring why its one job needs the size.
+LONG_MODULE = 700
+
+
+def test_every_long_module_says_why_it_is_long() -> None:
+    silent = []
+    for module, (path, _) in module_files().items():
+        text = path.read_text(encoding="utf-8")
+        if text.count("\n") <= LONG_MODULE:
+            continue
+        doc = ast.get_docstring(ast.parse(text)) or ""
+        if "Why it is long" not in "\n".join(doc.splitlines()[:4]):
+            silent.append(f"{module} ({text.count(chr(10))} lines)")
+    assert not silent, "modules over 700 lines that do not say why, in their docstring's first lines: " + \
+        ", ".join(silent)
+
+
 # ----------------------------------------------------------------------------- the run registry
 def decorated_kinds() -> dict[str, str]:
     """``{KIND: module}`` of every class under curate/runs/ decorated ``@register_run_kind``."""

@@ -1,5 +1,8 @@
 """The Ray Data engine: the same batches as the local engine, on a cluster.
 
+Why it is long (one job): one engine on a cluster; planning its actors, the Ray Data pipeline and the loss
+of a node or actor (said, retried on the survivors, our actors killed) each need their own code.
+
 Pipeline (Ray Data operators; no scheduler, queue or RPC of ours):
 
 1. the driver reads ``sample_id`` and ``filepath`` of the dataset's samples files (pyarrow, two
