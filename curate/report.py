@@ -250,18 +250,20 @@ def _plan_section(doc: Document, ds: Any, out: Path, split: Any, half_width: flo
     plan = make_plan(split, ds.table().column("status").to_pylist(), half_width=half_width)
     doc.heading("Collection plan")
     write_bytes(out / "plan.png", plan_figure(plan))
-    doc.image("plan.png", f"drop half-width per class now (bootstrap) and after the plan (predicted), target "
-                          f"+-{100 * half_width:g} points")
+    doc.image("plan.png", f"drop half-width per class now (the formula the plan uses; the bootstrap as a dot) and "
+                          f"after the plan (predicted), target +-{100 * half_width:g} points")
     cost = f"{plan.review_cost:.2f} photos reviewed per accepted photo" if plan.accepted else "unknown (no review yet)"
     doc.text(f"Photos each class still needs for a drop interval of +-{100 * half_width:g} points (`curate plan`; "
              f"it {plan.assumption}). Review cost: {cost}. Mean drop: half-width {_num(plan.overall_now, 1, 100)} "
-             f"now, {_num(plan.overall_after, 1, 100)} after the plan. `"
+             f"now, {_num(plan.overall_after, 1, 100)} after the mean's own plan ({plan.need_easy} easy + "
+             f"{plan.need_hard} hard photos over all classes). `"
              f"{suggest('curate collect inat DIR --fill {run}', run=split.name)}` fetches them, steered to the hard "
              "background.")
     names = ds.label_space.names
-    doc.table(["class", "n easy", "n hard", "half-width now (points)", "need easy", "need hard", "after [range]",
-               "photos to review"],
-              [[f"{names[c.class_index]} ({c.class_index})", c.n_easy, c.n_hard, _num(c.half_width_bootstrap, 1, 100),
+    doc.table(["class", "n easy", "n hard", "half-width now (bootstrap), points", "need easy", "need hard",
+               "after [range]", "photos to review"],
+              [[f"{names[c.class_index]} ({c.class_index})", c.n_easy, c.n_hard,
+                f"{_num(c.half_width_now, 1, 100)} ({_num(c.half_width_bootstrap, 1, 100)})",
                 c.need_easy, c.need_hard, f"{_num(c.half_width_after, 1, 100)} [{_num(c.half_width_after_range[0], 1, 100)}"
                 f", {_num(c.half_width_after_range[1], 1, 100)}]", _num(c.review_photos, 0)] for c in plan.classes])
 

@@ -91,7 +91,9 @@ def test_make_plan_per_class_and_overall() -> None:
     assert plan.overall_now == pytest.approx(math.hypot(ostrich.half_width_now, brambling.half_width_now) / 2)
     rows = list(csv.DictReader(plan.to_csv().splitlines()))
     assert [r["class_index"] for r in rows] == ["9", "10", "all"]
-    assert rows[2]["need_hard"] == str(ostrich.need_hard)
+    # the 'all' row plans the mean drop itself: cheaper than the per-class plans summed
+    assert rows[2]["need_hard"] == str(plan.need_hard) and 0 < plan.need_hard < ostrich.need_hard
+    assert plan.overall_after <= 0.05
     with pytest.raises(ValueError, match="no kept class with photos in both"):
         make_plan(_split([dropped]), [])
 
@@ -184,3 +186,77 @@ def test_fewest_photos_for_many_cells_against_a_brute_force() -> None:
         best = min(sum(m) for m in product(range(12), repeat=4)
                    if variance_sum(v, [x + y for x, y in zip(n, m)]) <= limit)
         assert sum(need) == best
+
+
+def test_plan_shows_the_value_it_plans_from_and_plans_the_mean_for_the_mean() -> None:
+    """Issue 46: lion showed 4.2 (bootstrap) and got photos for 5 (the smoothed formula); a 100 % / 0 % class
+    showed 0.0; the 'all' row summed the per-class plans. Now: the planned-from value, the why, the mean's plan."""
+    from curate.split.plan_alloc import fewest_photos
+    from curate.split.plan_text import plan_notes
+
+    lion = SplitClass(291, "lion", True, "drop", easy="grass", hard="snow", easy_acc=0.9, hard_acc=0.6, drop=0.3,
+                      drop_ci=(0.259, 0.343), n_easy=400, n_hard=400)  # bootstrap 4.2
+    perfect = SplitClass(9, "ostrich", True, "drop", easy="grass", hard="water", easy_acc=1.0, hard_acc=0.0,
+                         drop=1.0, drop_ci=(1.0, 1.0), n_easy=20, n_hard=20)
+    plan = make_plan(_split([lion, perfect]), [], half_width=0.05)
+    lion_plan, perfect_plan = plan.classes
+    assert lion_plan.half_width_bootstrap <= 0.05 < lion_plan.half_width_now and lion_plan.need > 0
+    assert perfect_plan.half_width_bootstrap == 0 and perfect_plan.need > 0
+    assert "lion: the plan's formula with smoothed accuracies (k+1)/(n+2) gives" in lion_plan.why(0.05)
+    assert "easy 100 % of 20 and hard 0 % of 20 right" in perfect_plan.why(0.05)
+    notes = "\n".join(plan_notes(plan))
+    assert "(k+1)/(n+2)" in notes and "lion:" in notes and "not the sum of the rows above" in notes
+    assert "3.0 %" in notes  # the bootstrap's own noise at 1,000 replicates, said
+    # after the plan is never above the value planned from (plan.png's two bars)
+    assert all(c.half_width_after <= c.half_width_now for c in plan.classes)
+    # the mean's row: the fewest photos over all four cells for the mean's half-width, fewer than the per-class sum
+    v = [group_variance(c.easy_acc, c.n_easy) if g == 0 else group_variance(c.hard_acc, c.n_hard)
+         for c in (lion, perfect) for g in (0, 1)]
+    expected = fewest_photos(v, [400, 400, 20, 20], (0.05 * 2 / Z95) ** 2)
+    assert plan.need_easy + plan.need_hard == sum(expected)
+    assert plan.need_easy + plan.need_hard < sum(c.need for c in plan.classes)
+    assert plan.overall_after <= 0.05 < plan.overall_now or plan.overall_now <= 0.05
+
+
+def test_cli_plan_takes_class_names_says_what_is_true_and_ends_with_the_next_command(tmp_path: Path) -> None:
+    """Issue 46: `plan` ends with the steered fill for the thinnest class and takes names; issue 45:
+    `--class 1` (a class the split dropped) no longer suggests running `curate split` first."""
+    import shlex
+
+    ds = make_dataset(tmp_path / "ds")
+    runner = CliRunner(env={"COLUMNS": "200"})
+    result = runner.invoke(main, ["plan", str(ds.root), "--half-width", "10", "--class", "ostrich", "--class", "657"])
+    assert result.exit_code == 0, result.output
+    rows = list(csv.DictReader((ds.root / "runs" / "plan" / "plan.csv").read_text().splitlines()))
+    assert [r["class_index"] for r in rows] == ["9", "657", "all"]
+    last = result.output.strip().splitlines()[-1]
+    assert last.startswith("next: curate collect inat ")
+    words = shlex.split(last[len("next: "):])
+    assert words[:4] == ["curate", "collect", "inat", str(ds.root)]
+    assert words[words.index("--fill") + 1] == "split-test" and words[words.index("--group") + 1] == "hard"
+    thinnest = max((r for r in rows[:-1] if int(r["need_hard"]) + int(r["need_easy"])),
+                   key=lambda r: float(r["half_width_now"]))
+    assert words[words.index("--class") + 1] == thinnest["class_index"]
+    assert words[words.index("--n") + 1] == thinnest["need_hard"]
+    dropped = runner.invoke(main, ["plan", str(ds.root), "--class", "1"])
+    assert dropped.exit_code == 1 and "curate split" not in dropped.output
+    assert "was not kept by split run split-test (drop 1.0 <= 5)" in dropped.output
+    assert "the kept classes: 9 ostrich" in dropped.output
+    unknown = runner.invoke(main, ["plan", str(ds.root), "--class", "zebra-ish"])
+    assert unknown.exit_code == 1 and "no class named 'zebra-ish'" in unknown.output
+
+
+def test_bootstrap_noise_is_about_three_percent_at_1000_replicates() -> None:
+    """Issue 45: the plan says the bootstrap's own noise. Hand-computed: sqrt(0.025 * 0.975 / 2000) /
+    (phi(1.96) * 1.96) = 0.003491 / 0.11455 = 0.0305; and against repeated bootstraps of one sample."""
+    from curate.split.plan import bootstrap_noise
+
+    assert bootstrap_noise(1000) == pytest.approx(0.0305, abs=5e-4)
+    assert bootstrap_noise(4000) == pytest.approx(bootstrap_noise(1000) / 2)
+    correct = np.r_[np.ones(300), np.zeros(100), np.ones(200), np.zeros(200)]
+    groups = np.array(["easy"] * 400 + ["hard"] * 400, dtype=object)
+    widths = []
+    for seed in range(60):
+        d = bootstrap_groups(correct, np.zeros(800, int), groups, n_boot=1000, seed=seed)["drop"]
+        widths.append((d.high - d.low) / 2)
+    assert np.std(widths) / np.mean(widths) == pytest.approx(bootstrap_noise(1000), rel=0.35)

@@ -10,13 +10,18 @@ each group's variance term shrinks as ``1 / n``. Accuracies are smoothed (``(k +
 that a group the reference gets all right or all wrong still has a variance to plan with (a
 bootstrap on it would say 0 now, and not after new photos arrive).
 
-For a target half-width ``h`` the photos to add are the cheapest ``(m_e, m_h)`` with
-``z sqrt(a / (n_e + m_e) + b / (n_h + m_h)) <= h`` (``a = p_e q_e``, ``b = p_h q_h``): the
-unconstrained optimum puts ``n ~ sqrt(variance term)`` (``n_e* = sqrt(a)(sqrt(a) + sqrt(b)) / T``,
-``T = (h / z)^2``); when one group already has more than its share, only the other grows
-(``m_h = b / (T - a / n_e) - n_h``). The stated error of a predicted half-width is its range when
-each accuracy moves within its own 95% Wilson interval. The dataset's drop (the mean over the
-kept classes) has half-width ``z / K sqrt(sum_c V_c)``.
+For a target half-width ``h`` the photos to add are the fewest in total ``(m_e, m_h)`` with
+``z sqrt(a / (n_e + m_e) + b / (n_h + m_h)) <= h`` (``a = p_e q_e``, ``b = p_h q_h``), found
+exactly by :func:`curate.split.plan_alloc.fewest_photos` (the continuous optimum puts
+``n ~ sqrt(variance term)``; rounding each group's share up on its own can cost a photo more).
+The target is applied to that formula's half-width (shown beside the split's bootstrap one):
+where the smoothing puts it over the target while the bootstrap is under, the output says so.
+The stated error of a predicted half-width is its range when each accuracy moves within its own
+95% Wilson interval; a bootstrap measured later also carries its Monte Carlo noise
+(:func:`bootstrap_noise`, about 3 % of the half-width at 1,000 replicates), which is said, not
+added. The dataset's drop (the mean over the kept classes) has half-width
+``z / K sqrt(sum_c V_c)``, and its row is planned for the mean itself: the fewest photos over
+all ``2K`` groups with ``sum_c V_c <= (h K / z)^2``.
 
 The review cost is the folder's own history: photos reviewed (accepted + rejected) per accepted
 photo; NaN when nobody reviewed yet.
@@ -37,13 +42,26 @@ from curate.runs.base import write_bytes
 from curate.runs.split import SplitClass, SplitRun
 from curate.split.plan_alloc import fewest_photos
 
-__all__ = ["Z95", "ClassPlan", "CollectionPlan", "drop_half_width", "group_variance", "make_plan", "photos_needed",
-           "plan_dataset", "plan_figure", "review_cost", "wilson", "write_plan"]
+__all__ = ["Z95", "ClassPlan", "CollectionPlan", "bootstrap_noise", "drop_half_width", "group_variance", "make_plan",
+           "photos_needed", "plan_dataset", "plan_figure", "resolve_classes", "review_cost", "wilson", "write_plan"]
 
 #: The normal quantile of a two-sided 95% interval.
 Z95 = 1.959963984540054
-ASSUMPTION = ("assumes new photos have the accuracy of those already there, so each group's bootstrap variance "
-              "p(1-p)/n shrinks as 1/n")
+ASSUMPTION = ("applies the target to the formula's half-width 1.96 sqrt(p_e(1-p_e)/n_e + p_h(1-p_h)/n_h) with each "
+              "accuracy smoothed to p = (k+1)/(n+2), and assumes new photos have the accuracy of those already there, "
+              "so each term shrinks as 1/n")
+
+
+def bootstrap_noise(n_boot: int = 1000, level: float = 0.95) -> float:
+    """Relative Monte Carlo error (one standard deviation) of a percentile bootstrap's half-width
+    from ``n_boot`` replicates of a normal statistic: each end's quantile has standard error
+    ``sqrt(q (1 - q) / B) / phi(z)`` (``q = (1 - level) / 2``), the half-width averages two ends,
+    so ``sqrt(q (1 - q) / (2 B)) / (phi(z) z)``: 3.0 % at 1,000 replicates."""
+    from statistics import NormalDist
+
+    q = (1 - level) / 2
+    z = NormalDist().inv_cdf(1 - q)
+    return math.sqrt(q * (1 - q) / (2 * n_boot)) / (NormalDist().pdf(z) * z)
 
 
 def smoothed(acc: float, n: int) -> float:
@@ -122,6 +140,23 @@ class ClassPlan:
     def need(self) -> int:
         return self.need_easy + self.need_hard
 
+    def why(self, target: float) -> str:
+        """Why a class whose measured (bootstrap) half-width is already at most ``target`` still gets
+        photos ("" when it does not): the plan's smoothed formula is over the target."""
+        if not self.need:
+            return ""
+        if not math.isfinite(self.half_width_bootstrap):
+            return (f"{self.class_name}: no bootstrap interval (a group under 2 photos); planned from the formula's "
+                    f"{100 * self.half_width_now:.1f} points")
+        if self.half_width_bootstrap > target:
+            return ""
+        extremes = [f"{g} {100 * acc:.0f} % of {n}" for g, acc, n in (("easy", self.easy_acc, self.n_easy),
+                                                                      ("hard", self.hard_acc, self.n_hard))
+                    if acc in (0.0, 1.0)]
+        what = (f"{' and '.join(extremes)} right, so the bootstrap cannot vary there; " if extremes else "")
+        return (f"{self.class_name}: {what}the plan's formula with smoothed accuracies (k+1)/(n+2) gives "
+                f"{100 * self.half_width_now:.1f} points, over the target")
+
     def predict(self, n_easy: int, n_hard: int) -> tuple[float, float, float]:
         """Predicted half-width at other group sizes and its stated range (low, value, high)."""
         return _predict(self.easy_acc, self.n_easy, self.hard_acc, self.n_hard, n_easy, n_hard)
@@ -144,6 +179,10 @@ class CollectionPlan:
     rejected: int
     classes: list[ClassPlan] = field(default_factory=list)
     assumption: str = ASSUMPTION
+    #: the plan for the mean drop itself: the fewest photos per class (easy, hard) that bring the
+    #: mean's half-width to the target (curate.split.plan_alloc), not the sum of the per-class plans
+    mean_need: list[tuple[int, int]] = field(default_factory=list)
+    n_boot: int = 1000  # the split's bootstrap replicates (its Monte Carlo noise: bootstrap_noise)
 
     @property
     def overall_now(self) -> float:
@@ -152,7 +191,14 @@ class CollectionPlan:
 
     @property
     def overall_after(self) -> float:
-        return self._overall(lambda c: (c.half_width_after / Z95) ** 2)
+        """The mean drop's half-width after the mean's own plan (:attr:`mean_need`)."""
+        k = len(self.classes)
+        if not k:
+            return float("nan")
+        total = sum(drop_half_width(group_variance(c.easy_acc, c.n_easy), c.n_easy + me,
+                                    group_variance(c.hard_acc, c.n_hard), c.n_hard + mh) ** 2
+                    for c, (me, mh) in zip(self.classes, self.mean_need))
+        return math.sqrt(total) / k
 
     def _overall(self, variance: Any) -> float:
         k = len(self.classes)
@@ -160,11 +206,17 @@ class CollectionPlan:
 
     @property
     def need_easy(self) -> int:
-        return sum(c.need_easy for c in self.classes)
+        """Easy photos the mean drop's plan adds (over all classes)."""
+        return sum(me for me, _ in self.mean_need)
 
     @property
     def need_hard(self) -> int:
-        return sum(c.need_hard for c in self.classes)
+        return sum(mh for _, mh in self.mean_need)
+
+    @property
+    def noise(self) -> float:
+        """Relative Monte Carlo noise of a measured bootstrap half-width (:func:`bootstrap_noise`)."""
+        return bootstrap_noise(self.n_boot)
 
     @property
     def review_photos(self) -> float:
@@ -191,6 +243,7 @@ class CollectionPlan:
         return {"split_run": self.split_run, "target": self.target, "review_cost": self.review_cost,
                 "accepted": self.accepted, "rejected": self.rejected, "assumption": self.assumption,
                 "overall_now": self.overall_now, "overall_after": self.overall_after,
+                "mean_need": [list(m) for m in self.mean_need], "bootstrap_noise": self.noise,
                 "classes": [asdict(c) for c in self.classes]}
 
 
@@ -215,8 +268,35 @@ def plan_class(row: SplitClass, target: float, cost: float) -> ClassPlan:
                      (low, high), cost * (need_e + need_h))
 
 
+def resolve_classes(split: SplitRun, classes: Sequence[int | str]) -> list[int]:
+    """Class indices from indices or names (case-insensitive), each a class the split kept.
+
+    Raises ``ValueError`` saying what is true: no class of that name, a class the split has no
+    photos of, or one it did not keep (with its reason and the kept classes)."""
+    by_index = {c.class_index: c for c in split.classes}
+    by_name = {c.class_name.lower(): c for c in split.classes}
+    kept = ", ".join(f"{c.class_index} {c.class_name}" for c in split.kept) or "none"
+    out = []
+    for item in classes:
+        text = str(item).strip()
+        if text.lstrip("-").isdigit():
+            row = by_index.get(int(text))
+            if row is None:
+                raise ValueError(f"class {text} is not among split run {split.name}'s classes (it has no accepted "
+                                 f"photo with a background label there); the kept classes: {kept}")
+        else:
+            row = by_name.get(text.lower())
+            if row is None:
+                raise ValueError(f"no class named {text!r} in split run {split.name}; the kept classes: {kept}")
+        if not row.kept:
+            raise ValueError(f"class {row.class_index} ({row.class_name}) was not kept by split run {split.name}"
+                             + (f" ({row.reason})" if row.reason else "") + f"; the kept classes: {kept}")
+        out.append(row.class_index)
+    return out
+
+
 def make_plan(split: SplitRun, statuses: Sequence[str | None], *, half_width: float = 0.05,
-              classes: Sequence[int] | None = None) -> CollectionPlan:
+              classes: Sequence[int | str] | None = None) -> CollectionPlan:
     """The plan of a split run for a target ``half_width`` (a fraction; 0.05 = 5 points).
 
     ``statuses``: the folder's sample statuses (the review history). Raises ``ValueError`` for a
@@ -224,18 +304,26 @@ def make_plan(split: SplitRun, statuses: Sequence[str | None], *, half_width: fl
     """
     if not half_width > 0:
         raise ValueError(f"--half-width must be > 0 points, got {100 * half_width:g}")
-    rows = [c for c in split.kept if c.n_easy > 0 and c.n_hard > 0 and (classes is None or c.class_index in classes)]
+    wanted = None if classes is None else resolve_classes(split, classes)
+    rows = [c for c in split.kept if c.n_easy > 0 and c.n_hard > 0 and (wanted is None or c.class_index in wanted)]
     if not rows:
         raise ValueError(f"split run {split.name} has no kept class with photos in both easy and hard groups"
                          + (" among the classes asked for" if classes is not None else "")
                          + "; nothing to plan (run `curate split` with a reference model first)")
     cost, accepted, rejected = review_cost(statuses)
+    variances = [v for r in rows for v in (group_variance(r.easy_acc, r.n_easy), group_variance(r.hard_acc, r.n_hard))]
+    counts = [n for r in rows for n in (r.n_easy, r.n_hard)]
+    # the mean over K classes: (z / K)^2 sum_c V_c <= h^2, i.e. sum of v / N <= (h K / z)^2
+    added = fewest_photos(variances, counts, (half_width * len(rows) / Z95) ** 2)
+    n_boot = int(split.rule.n_boot)
     return CollectionPlan(split.name, half_width, cost, accepted, rejected,
-                          [plan_class(r, half_width, cost) for r in rows])
+                          [plan_class(r, half_width, cost) for r in rows],
+                          mean_need=list(zip(added[0::2], added[1::2])), n_boot=n_boot)
 
 
 def plan_figure(plan: CollectionPlan) -> bytes:
-    """Half-width per class: measured now (bootstrap), predicted after the plan (with its range), target."""
+    """Half-width per class: now (the formula the plan uses; the bootstrap as a dot), predicted after the plan
+    (with its range), target."""
     import matplotlib
     import numpy as np
 
@@ -245,7 +333,10 @@ def plan_figure(plan: CollectionPlan) -> bytes:
     rows = plan.classes
     fig, ax = plt.subplots(figsize=(max(6, 0.4 * len(rows) + 2), 4), dpi=110)
     x = np.arange(len(rows))
-    ax.bar(x - 0.2, [100 * c.half_width_bootstrap for c in rows], 0.4, label="now (bootstrap)")
+    # "now" is the value the target is applied to (the smoothed formula), so "after" is never above it;
+    # the measured bootstrap half-width is the dot
+    ax.bar(x - 0.2, [100 * c.half_width_now for c in rows], 0.4, label="now (the formula the plan uses)")
+    ax.plot(x - 0.2, [100 * c.half_width_bootstrap for c in rows], "o", color="black", ms=3, label="now (bootstrap)")
     after = np.array([100 * c.half_width_after for c in rows])
     err = np.array([[100 * (c.half_width_after - c.half_width_after_range[0]) for c in rows],
                     [100 * (c.half_width_after_range[1] - c.half_width_after) for c in rows]])
@@ -269,7 +360,7 @@ PLAN_CSV, PLAN_JSON, PLAN_PNG = "plan.csv", "plan.json", "plan.png"
 
 
 def plan_dataset(root: str | Path, *, split: str | None = None, half_width: float = 0.05,
-                 classes: Sequence[int] | None = None) -> CollectionPlan:
+                 classes: Sequence[int | str] | None = None) -> CollectionPlan:
     """The plan of a dataset folder's split run (default: the split ``dataset.yaml`` records)."""
     from curate.runs import RunError
     from curate.runs.lookup import named_run
