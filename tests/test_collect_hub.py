@@ -163,10 +163,13 @@ def test_any_image_classification_dataset_is_mapped_and_reported(tmp_path) -> No
     rows = generic_dataset()
     (tmp_path / "src" / "data").mkdir(parents=True)
     rows.to_parquet(str(tmp_path / "src" / "data" / "train-00000-of-00001.parquet"))
+    refused = collect(tmp_path / "src", tmp_path / "ds", "--mask-column", "mask")  # a label outside: refused, named
+    assert "1 label(s) of 'label' are not in the label space 'imagenet1k' ('unicorn'" in one_error(refused)
+    assert "--skip-unknown" in refused.output and not (tmp_path / "ds").exists()
     result = collect(tmp_path / "src", tmp_path / "ds", "--mask-column", "mask", "--license-column", "licence",
-                     "--attribution", "me")
+                     "--attribution", "me", "--skip-unknown")
     assert result.exit_code == 0, result.output
-    assert "2 row(s) with labels outside the label space" in result.output and "'unicorn' (2)" in result.output
+    assert "2 row(s) with labels outside the label space" in result.output and "'unicorn' (2" in result.output
     ds = Dataset.open(tmp_path / "ds")
     got = {r["class_index"]: r for r in ds.rows()}
     assert sorted(got) == [9, 10] and {r["license"] for r in got.values()} == {"cc-by", "cc0"}
@@ -179,13 +182,14 @@ def test_any_image_classification_dataset_is_mapped_and_reported(tmp_path) -> No
                         "3": ("skipped", "license"), "4": ("quarantined", "not_an_image"),
                         "5": ("failed", "mask_size"), "6": ("skipped", "unmapped_label")}
     again = collect_hub(tmp_path / "src", tmp_path / "ds", mask_column="mask", license_column="licence",
-                        attribution="me")
+                        attribution="me", skip_unknown=True)
     assert not again.added and again.totals()["failed"] == 0 and len(Dataset.open(tmp_path / "ds")) == 2
     # the same rows from a `datasets` save folder (a DatasetDict with one split)
     import datasets
 
     datasets.DatasetDict({"train": rows}).save_to_disk(str(tmp_path / "saved"))
-    report = collect_hub(tmp_path / "saved", tmp_path / "ds2", mask_column="mask", license_column="licence")
+    report = collect_hub(tmp_path / "saved", tmp_path / "ds2", mask_column="mask", license_column="licence",
+                         skip_unknown=True)
     assert sorted(report.added) == sorted(r["sample_id"] for r in got.values())
     assert report.info["unmapped"] == {"unicorn": 2} and not report.info["curate_folder"]
     # a repo with two configs (other columns in the second): choose one with --config
@@ -198,7 +202,7 @@ def test_any_image_classification_dataset_is_mapped_and_reported(tmp_path) -> No
                                                 "    path: fish/*.parquet\n---\n# two\n")
     assert "lists 2 configs (birds, fish) and marks none default; choose one with --config" in one_error(
         collect(tmp_path / "two", tmp_path / "ds4"))
-    report = collect_hub(tmp_path / "two", tmp_path / "ds4", config="fish")
+    report = collect_hub(tmp_path / "two", tmp_path / "ds4", config="fish", skip_unknown=True)
     assert set(report.groups) == {"test"} and len(report.added) == 4  # no licence, no mask column: rows 3 and 5 too
     missing = collect(tmp_path / "src", tmp_path / "ds3", "--label-column", "species")
     assert "has no column 'species'" in one_error(missing) and not (tmp_path / "ds3").exists()
@@ -331,3 +335,40 @@ def test_the_result_table_heads_its_split_column_split(tmp_path) -> None:
     assert header[0] == "split" and "class" not in header
     rows = [line.split()[0] for line in result.output.splitlines() if line.split()[:1] in (["train"], ["test"])]
     assert sorted(rows) == ["test", "train"]
+
+
+def test_splits_own_class_names_and_unknown_labels(tmp_path) -> None:
+    """--split imports only the splits named; --label-space hub keeps the dataset's own class names; a label
+    outside the label space is refused with suggestions unless --skip-unknown (as `collect fiftyone`)."""
+    src = _splits_folder(tmp_path / "src", {"train": ["cat", "goldfish", "cat"], "validation": ["goldfish"],
+                                            "test": ["cat"]})
+    refused = one_error(collect(src, tmp_path / "ds"))
+    assert "'cat'" in refused and "'tabby cat' (281)" in refused and "'Egyptian Mau' (285, as 'Egyptian cat')" in refused
+    assert "--skip-unknown" in refused and "--label-space hub" in refused and not (tmp_path / "ds").exists()
+    assert "has no split 'dev'; its splits: train, validation, test" in one_error(
+        collect(src, tmp_path / "ds", "--split", "dev"))
+    skipped = collect(src, tmp_path / "skip", "--skip-unknown", "--split", "train")
+    assert skipped.exit_code == 0, skipped.output
+    assert "2 row(s) with labels outside the label space" in skipped.output and "'tabby cat' (281)" in skipped.output
+    assert [r["class_index"] for r in Dataset.open(tmp_path / "skip").rows()] == [1]  # goldfish
+    own = collect(src, tmp_path / "ds", "--label-space", "hub", "--split", "train", "--split", "validation")
+    assert own.exit_code == 0, own.output
+    ds = Dataset.open(tmp_path / "ds")
+    assert ds.label_space.names == ("cat", "goldfish")
+    rows = {r["source_id"]: r["class_name"] for r in ds.rows()}
+    assert rows == {"train/0": "cat", "train/1": "goldfish", "train/2": "cat", "validation/0": "goldfish"}
+    more = collect(src, tmp_path / "ds", "--label-space", "hub", "--split", "test,train")
+    assert more.exit_code == 0 and "1 added" in more.output, more.output
+    assert len(Dataset.open(tmp_path / "ds")) == 5
+    # ClassLabel names keep their order: a row's class index is its label id
+    import datasets
+
+    (tmp_path / "cl" / "data").mkdir(parents=True)
+    datasets.Dataset.from_dict({"image": [{"bytes": image_bytes(300 + k), "path": None} for k in range(3)],
+                                "label": [2, 0, 2]}, features=datasets.Features({"image": datasets.Image(),
+                                "label": datasets.ClassLabel(names=["kiwi", "tui", "kea"])})).to_parquet(
+        str(tmp_path / "cl" / "data" / "train-00000-of-00001.parquet"))
+    report = collect_hub(tmp_path / "cl", tmp_path / "cl-ds", label_space="hub")
+    ds = Dataset.open(tmp_path / "cl-ds")
+    assert ds.label_space.names == ("kiwi", "tui", "kea") and len(report.added) == 3
+    assert sorted(r["class_index"] for r in ds.rows()) == [0, 2, 2]

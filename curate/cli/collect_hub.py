@@ -39,8 +39,15 @@ from curate.cli.options import UserPath, creation_vocabulary, expand_home
 @click.option("--allow-restricted-licenses", is_flag=True,
               help="Keep rows whose licence forbids redistribution (ND, all rights reserved); only if you have the "
                    "rights.")
+@click.option("--split", "splits", multiple=True,
+              help="Import only this split (repeatable, or comma-separated: --split train,validation; default: "
+                   "every split).")
+@click.option("--skip-unknown", is_flag=True,
+              help="Leave out (and count) rows whose label is not in the label space, instead of failing.")
 @click.option("--label-space", callback=expand_home, default="imagenet1k", show_default=True,
-              help="When creating the dataset: 'imagenet1k' or a text file with one class name per line.")
+              help="When creating the dataset: 'imagenet1k', 'hub' (the dataset's own class names: its ClassLabel "
+                   "names, else its sorted labels) or a text file with one class name per line. An existing dataset "
+                   "keeps its own.")
 @click.option("--backgrounds", help="When creating the dataset: comma-separated background vocabulary (default: a "
                                     "curate-published folder's own, else the paper's 14).")
 @click.option("--concurrency", type=int, default=4, show_default=True)
@@ -50,21 +57,25 @@ def collect_hub_cmd(source: str, directory: Path, revision: str | None, online: 
                     token_env: str, cache_dir: Path | None, config: str | None, image_column: str, label_column: str,
                     mask_column: str | None, license_column: str | None, attribution_column: str | None,
                     license_: str | None, attribution: str | None, status: str | None,
-                    allow_restricted_licenses: bool, label_space: str, backgrounds: str | None, concurrency: int,
-                    batch_size: int, name: str | None) -> None:
+                    allow_restricted_licenses: bool, splits: tuple[str, ...], skip_unknown: bool, label_space: str,
+                    backgrounds: str | None, concurrency: int, batch_size: int, name: str | None) -> None:
     """Import SOURCE (a Hub dataset repo id, a local Hub folder, or a `datasets` save) into DIRECTORY.
     A folder curate published comes back row for row; any image-classification dataset is mapped
     to the label space. Resumable: run the same command again after an interruption."""
-    from curate.collect.hub import collect_hub
+    from curate.collect.hub import FROM_DATASET, collect_hub
 
-    space, vocab = creation_vocabulary(label_space, backgrounds)
+    if label_space == FROM_DATASET:
+        space, vocab = FROM_DATASET, creation_vocabulary("imagenet1k", backgrounds)[1]
+    else:
+        space, vocab = creation_vocabulary(label_space, backgrounds)
+    chosen = [part.strip() for value in splits for part in value.split(",") if part.strip()]
     with interruptible(), collect_bar("importing", None) as update:
         report = collect_hub(source, directory, revision=revision, endpoint=endpoint, online=online,
                              token_env=token_env, cache_dir=cache_dir, config=config, image_column=image_column,
                              label_column=label_column, mask_column=mask_column, license_column=license_column,
                              attribution_column=attribution_column, license=license_, attribution=attribution,
                              status=status, allow_restricted=allow_restricted_licenses, label_space=space,
-                             backgrounds=vocab, name=name, concurrency=concurrency, batch_size=batch_size,
+                             splits=chosen or None, skip_unknown=skip_unknown, backgrounds=vocab, name=name, concurrency=concurrency, batch_size=batch_size,
                              progress=update)
     print_collect_report(report, heading="split")  # the import's groups are the source's splits
     info = report.info
@@ -72,6 +83,9 @@ def collect_hub_cmd(source: str, directory: Path, revision: str | None, online: 
                                                if info["curate_folder"] else ""))
     unmapped = info.get("unmapped") or {}
     if unmapped:
-        err().print(f"[yellow]{sum(unmapped.values())} row(s) with labels outside the label space[/], skipped: "
-                    + ", ".join(f"{label!r} ({n})" for label, n in list(unmapped.items())[:8])
-                    + (" ..." if len(unmapped) > 8 else ""))
+        hints = info.get("unmapped_hints") or {}
+        err().print(f"[yellow]{sum(unmapped.values())} row(s) with labels outside the label space[/], skipped "
+                    "(--skip-unknown): ", end="")
+        err().print("; ".join(f"{label!r} ({n}{': ' + hints[label] if hints.get(label) else ''})"
+                              for label, n in list(unmapped.items())[:8]) + (" ..." if len(unmapped) > 8 else ""),
+                    markup=False, highlight=False)

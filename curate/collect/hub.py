@@ -39,8 +39,11 @@ Two kinds of rows:
 2. **Any image-classification dataset**: ``image_column`` (an ``Image`` feature, or bytes) and
    ``label_column`` (``ClassLabel`` names, strings, or integers), mapped to the label space by
    the rules of ``collect folder`` (:func:`curate.collect.folder.resolve_class_folder`:
-   indices, WordNet ids, names, lemmas, a label-space file). Rows whose label does not map are
-   skipped, counted by label (``report.info["unmapped"]``). Optional ``mask_column``,
+   indices, WordNet ids, names, lemmas, a label-space file), or, with ``label_space="hub"``, to
+   the dataset's own class names. Every distinct label is mapped before anything is imported:
+   labels that do not map are one error naming them (with suggestions), or, with
+   ``skip_unknown``, their rows are skipped, counted by label (``report.info["unmapped"]``), as
+   ``collect fiftyone`` does. ``splits`` imports only those splits. Optional ``mask_column``,
    ``license_column`` and ``attribution_column`` (a mask gets ``mask_status`` ``hub``: a mask
    from the dataset, counted as a human one by :mod:`curate.masks.sources`); ``source="hub"``,
    ``source_id`` = ``<split>/<row>``, the row as ``load_dataset(...)[split][row]`` counts it: across the
@@ -91,6 +94,8 @@ log = logging.getLogger(__name__)
 READ_BATCH = 64
 #: A shard's split from its name: ``easy-00000-of-00001.parquet``, ``train-00003-of-00010.parquet``.
 _SHARD_NAME = re.compile(r"^(?P<split>[A-Za-z0-9_.]+?)-\d{5}-of-\d{5}$")
+#: ``label_space`` value: a new folder's label space is the dataset's own class names (:func:`hub_label_space`).
+FROM_DATASET = "hub"
 #: Licence verdicts that forbid taking an image (a missing licence does not: see the module docstring).
 RESTRICTED_REASONS = frozenset({"no-derivatives", "all-rights-reserved"})
 
@@ -484,6 +489,8 @@ class _Settings:
     attribution: str | None
     status: str | None
     allow_restricted: bool
+    #: Every label of the rows -> its class index, or why it has none (:func:`map_labels`).
+    mapping: dict[str, int | str] = field(default_factory=dict)
     unmapped: Counter = field(default_factory=Counter)
 
 
@@ -533,36 +540,83 @@ def _published_stream(table: _Table, settings: _Settings) -> Iterator[StreamItem
                             mask=_mask_reader(row["mask"], "mask"), dedup_by_source=False)
 
 
-def _label_resolver(space: LabelSpace) -> Any:
-    cache: dict[str, int | str] = {}
+def _row_label(value: Any, names: list[str] | None) -> Any:
+    """A label cell as text: a ClassLabel integer as its name, anything else as it is (None stays None)."""
+    return names[value] if names and isinstance(value, int) and 0 <= value < len(names) else value
 
-    def resolve(text: str) -> int | str:
-        if text not in cache:
-            try:
-                cache[text] = resolve_class_folder(text, space)
-            except AmbiguousClassError as exc:
-                cache[text] = f"ambiguous: {exc}"
-            except UnknownClassError as exc:
-                cache[text] = str(exc)
-        return cache[text]
 
-    return resolve
+def label_counts(tables: Sequence[_Table], column: str) -> Counter[str]:
+    """Rows per label of ``column`` over ``tables`` (ClassLabel integers as their names; empty cells left out);
+    only that column is read."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    counts: Counter[str] = Counter()
+    for table in tables:
+        names = _class_label_names(table.features, column)
+        values = pq.read_table(table.parquet, columns=[column]).column(0) if table.parquet is not None \
+            else table.arrow.column(column)
+        for entry in pc.value_counts(values).to_pylist():
+            label = _row_label(entry["values"], names)
+            if label is not None:
+                counts[str(label)] += int(entry["counts"])
+    return counts
+
+
+def hub_label_space(tables: Sequence[_Table], column: str, name: str) -> LabelSpace:
+    """The dataset's own class names as a label space (``label_space="hub"``): the ClassLabel
+    names of ``column`` in their order (a row's class index is then its label id), else its
+    distinct text labels, sorted; integers without names are a :class:`HubImportError`."""
+    names = _class_label_names(tables[0].features, column)
+    if names is None:
+        labels = label_counts(tables, column)
+        if any(_is_integer_text(label) for label in labels):
+            raise HubImportError(f"{column!r} holds integers without class names (no ClassLabel feature); "
+                                 "--label-space hub needs names: give --label-space FILE (one name per line, in "
+                                 "label order)")
+        names = sorted(labels)
+    if not names:
+        raise HubImportError(f"{column!r} holds no labels; nothing to make a label space of")
+    return LabelSpace.from_names(name, [str(n) for n in names])
+
+
+def _is_integer_text(text: str) -> bool:
+    return text.strip().lstrip("-").isdigit()
+
+
+def map_labels(labels: Sequence[str], space: LabelSpace, *, own_names: bool = False) -> dict[str, int | str]:
+    """Each label -> its class index in ``space``, or the reason it has none (with suggestions).
+
+    ``own_names`` (``label_space="hub"``): a label is its class name exactly; otherwise labels are
+    resolved as ``collect folder`` resolves folder names (:func:`resolve_class_folder`)."""
+    mapping: dict[str, int | str] = {}
+    position = {n: i for i, n in enumerate(space.names)} if own_names else {}
+    for label in labels:
+        if own_names:
+            mapping[label] = position.get(label, f"{label!r} is not a class of the label space {space.name!r}")
+            continue
+        try:
+            mapping[label] = resolve_class_folder(label, space)
+        except AmbiguousClassError as exc:
+            mapping[label] = f"ambiguous: {exc}"
+        except UnknownClassError as exc:
+            mapping[label] = str(exc)
+    return mapping
 
 
 def _generic_stream(table: _Table, space: LabelSpace, settings: _Settings, origin: str) -> Iterator[StreamItem]:
     names = _class_label_names(table.features, settings.label_column)
-    resolve = _label_resolver(space)
     position = 0
     for batch in table.batches():
         for row in batch:
             index, position = position, position + 1
             key, row_number = f"{table.rel}#{index}", table.first_row + index
             value = row.get(settings.label_column)
-            label = names[value] if names and isinstance(value, int) and 0 <= value < len(names) else value
+            label = _row_label(value, names)
             if label is None:
                 yield Skip(key, table.split, "no_label", f"{settings.label_column} is empty")
                 continue
-            resolved = resolve(str(label))
+            resolved = settings.mapping.get(str(label), f"{label!r} was not read before the import")
             if isinstance(resolved, str):
                 settings.unmapped[str(label)] += 1
                 yield Skip(key, table.split, "unmapped_label", f"{label!r}: {resolved}"[:300])
@@ -614,7 +668,9 @@ def collect_hub(
     attribution: str | None = None,
     status: str | None = None,
     allow_restricted: bool = False,
-    label_space: LabelSpace | None = None,
+    label_space: LabelSpace | str | None = None,
+    splits: Sequence[str] | None = None,
+    skip_unknown: bool = False,
     backgrounds: Sequence[str] | None = None,
     name: str | None = None,
     concurrency: int = 4,
@@ -623,13 +679,19 @@ def collect_hub(
 ) -> CollectReport:
     """Import ``source`` (see the module docstring) into the dataset at ``dataset_root``.
 
-    A new dataset takes ``label_space`` (default ImageNet-1K) and, for a curate-published
-    folder, the background vocabulary of its rows (else ``backgrounds``, default the
-    CounterAnimal 14); an existing one keeps its own (a ``label_space`` that differs, or
-    backgrounds it lacks, are an error). Every problem found before the first row (the source,
-    the card, the columns, the classes) is raised as :class:`HubImportError` before the dataset
-    is created or touched. Returns the run's :class:`CollectReport`; ``report.info`` holds
-    ``source``, ``commit``, ``curate_folder`` and ``unmapped`` (label -> rows).
+    ``splits``: only these splits (default: every split of the source; an unknown one is an
+    error naming those it has). A new dataset takes ``label_space`` (default ImageNet-1K; ``"hub"``
+    (:data:`FROM_DATASET`): the dataset's own class names, :func:`hub_label_space`) and, for a
+    curate-published folder, the background vocabulary of its rows (else ``backgrounds``,
+    default the CounterAnimal 14); an existing one keeps its own (a ``label_space`` that differs,
+    or backgrounds it lacks, are an error). Labels outside the label space are one error naming
+    them all, with suggestions, unless ``skip_unknown``: then their rows are skipped and counted
+    (``collect fiftyone`` does the same). Every problem found before the first row (the source,
+    the card, the columns, the splits, the classes, the labels) is raised as
+    :class:`HubImportError` before the dataset is created or touched. Returns the run's
+    :class:`CollectReport`; ``report.info`` holds ``source``, ``commit``, ``curate_folder``,
+    ``splits`` (those imported), ``unmapped`` (label -> rows skipped) and ``unmapped_hints``
+    (label -> the classes it may mean, :meth:`~curate.labels.LabelSpace.hint`).
     """
     src = resolve_source(source, revision=revision, endpoint=endpoint, online=online, token_env=token_env,
                          cache_dir=cache_dir)
@@ -638,7 +700,14 @@ def collect_hub(
     card = read_card(src.root, config) if src.kind == "parquet" else CardInfo()
     tables = _tables(src, card)
     _check_against_card(card, src, tables)
+    tables = _chosen_splits(tables, splits, src)
     published = is_curate_folder(tables)
+    own_names = label_space == FROM_DATASET
+    if isinstance(label_space, str) and not own_names:
+        raise HubImportError(f"label_space {label_space!r} is neither a LabelSpace nor {FROM_DATASET!r}")
+    if own_names and published:
+        raise HubImportError(f"{src.describe()} is a curate-published folder: its rows carry their label space's "
+                             "indices; give that label space (--label-space FILE or imagenet1k), not hub")
     if not published:
         for column in [image_column, label_column, mask_column, license_column, attribution_column]:
             if column is not None and column not in tables[0].columns:
@@ -649,20 +718,36 @@ def collect_hub(
     vocabulary = backgrounds
     if published and vocabulary is None:
         vocabulary = _class_label_names(tables[0].features, "background")
-    existing = existing_dataset(root, label_space, vocabulary)
-    space = existing.label_space if existing is not None else (label_space or imagenet1k())
+    wanted = hub_label_space(tables, label_column, name or _default_name(src)) if own_names else label_space
+    assert not isinstance(wanted, str)
+    existing = existing_dataset(root, wanted, vocabulary)
+    space = existing.label_space if existing is not None else (wanted or imagenet1k())
+    mapping: dict[str, int | str] = {}
     if published:
         check_classes(tables, space)
+    else:
+        mapping = map_labels(sorted(label_counts(tables, label_column)), space, own_names=own_names)
+        unknown = {label: why for label, why in mapping.items() if isinstance(why, str)}
+        if unknown and not skip_unknown:
+            shown = "; ".join(f"{label!r}: {why}" for label, why in list(unknown.items())[:5])
+            raise HubImportError(
+                f"{len(unknown)} label(s) of {label_column!r} are not in the label space {space.name!r} "
+                f"({shown}{' ...' if len(unknown) > 5 else ''}); pass --skip-unknown to leave their rows out, "
+                "or collect into a new folder with --label-space hub (the dataset's own class names)")
     ds = existing if existing is not None else Dataset.create(
         root, name=name or _default_name(src), label_space=space,
         backgrounds=list(vocabulary or DEFAULT_BACKGROUNDS), recipe="hub")
     settings = _Settings(image_column, label_column, mask_column, license_column, attribution_column, license,
-                         attribution, status, allow_restricted)
+                         attribution, status, allow_restricted, mapping)
     identity = {"source": src.repo_id or str(src.root), "commit": src.commit, "config": card.config,
                 "curate_folder": published,
                 "columns": None if published else [image_column, label_column, mask_column, license_column,
                                                    attribution_column],
                 "license": license, "attribution": attribution, "status": status, "allow_restricted": allow_restricted}
+    # named only when used, so a job begun before these options existed keeps its identity (and resumes)
+    identity.update({k: v for k, v in (("splits", sorted({t.split for t in tables}) if splits else None),
+                                       ("label_space", FROM_DATASET if own_names else None),
+                                       ("skip_unknown", True if skip_unknown else None)) if v is not None})
     by_split: dict[str, list[_Table]] = {}
     for table in tables:
         by_split.setdefault(table.split, []).append(table)
@@ -673,7 +758,8 @@ def collect_hub(
                 engine.fill(split, split, _split_stream(group, space, settings, published, src.describe()), None)
             report = engine.finish()
     report.info.update({"source": src.describe(), "commit": src.commit, "curate_folder": published,
-                        "unmapped": dict(settings.unmapped.most_common())})
+                        "splits": list(by_split), "unmapped": dict(settings.unmapped.most_common()),
+                        "unmapped_hints": {k: space.hint(k) for k in settings.unmapped}})
     entry = dict(ds.provenance.get("collect.hub") or {})
     jobs = dict(entry.get("jobs") or {})
     jobs[journal.job_id] = {**identity, "revision": src.revision, "endpoint": endpoint,
@@ -681,9 +767,21 @@ def collect_hub(
     entry["jobs"] = jobs
     ds.record_provenance("collect.hub", entry)
     if settings.unmapped:
-        log.warning("%d row(s) have labels outside the label space %s: %s", sum(settings.unmapped.values()),
-                    space.name, ", ".join(f"{k!r} ({v})" for k, v in settings.unmapped.most_common(5)))
+        log.info("%d row(s) with labels outside the label space %s skipped: %s", sum(settings.unmapped.values()),
+                 space.name, ", ".join(f"{k!r} ({v})" for k, v in settings.unmapped.most_common(5)))
     return report
+
+
+def _chosen_splits(tables: list[_Table], splits: Sequence[str] | None, src: HubSource) -> list[_Table]:
+    """The tables of ``splits`` (all when None); a split the source lacks is a :class:`HubImportError`."""
+    if not splits:
+        return tables
+    have = list(dict.fromkeys(t.split for t in tables))
+    missing = [s for s in splits if s not in have]
+    if missing:
+        raise HubImportError(f"{src.describe()} has no split {', '.join(repr(s) for s in missing)}; its splits: "
+                             f"{', '.join(have)}")
+    return [t for t in tables if t.split in set(splits)]
 
 
 def _split_stream(tables: Sequence[_Table], space: LabelSpace, settings: _Settings, published: bool,
