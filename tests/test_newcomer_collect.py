@@ -372,3 +372,20 @@ def test_collect_progress_in_a_log_file_is_plain_text(tmp_path) -> None:
     assert done.returncode == 0, text
     assert "importing validation: 6 done in" in text, text
     assert "[dim]" not in text and "[/" not in text
+
+
+def test_photos_without_a_licence_are_said_at_import_and_by_check(tmp_path) -> None:
+    """An import that brings no licence warns that `curate publish` will leave those photos out, and
+    `curate check` says it too (while the folder stays valid: exit 0, "ok")."""
+    _imagefolder(tmp_path / "src")
+    result = _invoke("collect", "folder", str(tmp_path / "ds"), str(tmp_path / "src"))
+    assert result.exit_code == 0, result.output
+    assert "3 photo(s) will not be published for their licence (no licence stated" in result.output, result.output
+    checked = _invoke("check", str(tmp_path / "ds"))
+    assert checked.exit_code == 0, checked.output
+    assert "3 photo(s) will not be published for their licence" in checked.output and "ok" in checked.output
+    assert not check_dataset(tmp_path / "ds")  # valid: a warning about publishing, not a problem of the folder
+    _imagefolder(tmp_path / "src2", seed=10)
+    licensed = _invoke("collect", "folder", str(tmp_path / "ds2"), str(tmp_path / "src2"), "--license", "cc-by-4.0")
+    assert licensed.exit_code == 0 and "will not be published" not in licensed.output, licensed.output
+    assert "will not be published" not in _invoke("check", str(tmp_path / "ds2")).output

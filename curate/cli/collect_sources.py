@@ -92,6 +92,13 @@ def _print_report(report: Any, extra_columns: dict[str, dict[str, str]] | None =
                   heading: str = "class") -> None:
     out().print(_report_table(report, extra_columns, heading=heading))
     out().print(f"{report} in {report.seconds:.1f} s; journal {report.journal}")
+    if report.added:
+        from curate.store.validate import licence_warning
+
+        note = licence_warning(report.dataset, report.added)
+        if note:
+            err().print("[yellow]warning:[/] ", end="")
+            err().print(note, markup=False, highlight=False)
     if report.client:
         c = report.client
         out().print(f"HTTP: {c.get('api_calls', 0)} API calls, {c.get('downloads', 0)} downloads "

@@ -103,4 +103,11 @@ def check(directory: Path, deep: bool) -> None:
     if errors:
         out().print(f"[bold red]{len(errors)} error(s)[/] in {shown(directory)}")
         sys.exit(1)
-    out().print(f"[green]ok[/] {shown(directory)}" + (f" ({len(problems)} warning(s))" if problems else ""))
+    from curate.store.validate import licence_warning
+
+    note = licence_warning(directory)  # valid, but `curate publish` would leave these photos out
+    if note:
+        out().print("[yellow]warning[/] ", end="")
+        out().print(note, markup=False, highlight=False)
+    warnings = len(problems) + bool(note)
+    out().print(f"[green]ok[/] {shown(directory)}" + (f" ({warnings} warning(s))" if warnings else ""))

@@ -60,7 +60,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -137,6 +137,37 @@ def check_dataset(root: str | Path, *, deep: bool = False) -> list[ValidationPro
     stage reopens it to finish it)."""
     inspection = inspect_dataset(root, deep=deep, cached_files=False, keep_table=False)
     return inspection.problems + [ValidationProblem(None, None, None, line) for line in unfinished(inspection.config)]
+
+
+def licence_warning(root: str | Path, sample_ids: Iterable[str] | None = None) -> str | None:
+    """What ``curate check`` and the collectors say when photos of the folder (``sample_ids`` only,
+    when given; rejected ones left out) will not be published for their licence, or None.
+
+    Not a problem of the folder (:func:`check_dataset` does not list it): ``curate publish``
+    leaves out photos with no licence, or one that forbids redistribution or derivatives, or one
+    curate does not recognise (:func:`curate.licenses.classify_licence`), so a folder imported
+    without a licence is valid and still publishes nothing of it. Reads three columns only.
+    """
+    from curate.licenses import EXCLUSION_REASONS, classify_licence
+
+    table = pq.read_table(Path(root) / SAMPLES_FILE, columns=["sample_id", "license", "status"])
+    keep = pc.fill_null(pc.not_equal(table.column("status"), "rejected"), True)
+    if sample_ids is not None:
+        keep = pc.and_(keep, pc.is_in(table.column("sample_id"), value_set=pa.array(list(sample_ids), pa.string())))
+    licences = table.column("license").filter(keep)
+    reasons: dict[str, int] = {}
+    counts = [(None, licences.null_count)] + [(e["values"], e["counts"]) for e in
+                                              pc.value_counts(licences.drop_null()).to_pylist()]
+    for licence, count in counts:  # each distinct licence classified once (a million rows hold a few)
+        verdict = classify_licence(licence)
+        if count and not verdict.publishable:
+            reasons[str(verdict.reason)] = reasons.get(str(verdict.reason), 0) + int(count)
+    if not reasons:
+        return None
+    why = "; ".join(f"{EXCLUSION_REASONS.get(r, r)}: {n}" for r, n in sorted(reasons.items(), key=lambda kv: -kv[1]))
+    return (f"{sum(reasons.values())} photo(s) will not be published for their licence ({why}): `curate publish` "
+            "leaves them out; give a licence when collecting (--license, or a licence column or field) or set each "
+            "photo's `license` in the folder")
 
 
 def safe_relpath(value: Any, folder: str) -> str | None:
