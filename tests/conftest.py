@@ -14,6 +14,10 @@ A test that passes under one batch size or thread count and fails under another 
 that depend on them (issue 48: a batched forward pass rounds differently for other batches, other
 thread counts and other CPUs' kernels): compare labels and scores within a stated tolerance, or
 give both runs identical batches.
+
+The fast tier (``make test-fast``, ``pytest --fast``): the tests :data:`FAST_TIER` names, marked
+``fast``; with ``--fast`` only they run, and modules without one are not even imported. Every test
+module is classified there (``tests/test_fast_tier.py`` checks), so a new one is placed knowingly.
 """
 from __future__ import annotations
 
@@ -107,8 +111,67 @@ def use_batch_size(size: int) -> list[str]:
     return changed
 
 
+#: The fast tier's classification of every test module (format: the file's header).
+FAST_TIER = Path(__file__).with_name("fast_tier.txt")
+
+
+def read_fast_tier(path: Path = FAST_TIER) -> dict[str, set[str]]:
+    """Module file name -> the names of its fast tests (``{"*"}``: all of them; empty: none).
+
+    Each line (``#`` starts a comment) is ``test_x.py: *``, ``test_x.py: -`` or ``test_x.py:``
+    followed by test function names (every parametrization of each); a module may take several lines.
+    """
+    tier: dict[str, set[str]] = {}
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        module, colon, names = line.partition(":")
+        if not colon or not module.strip().endswith(".py") or not names.split():
+            raise pytest.UsageError(f"{path.name}:{number}: expected 'test_x.py: *', 'test_x.py: -' or "
+                                    f"'test_x.py: test_a test_b', got {line!r}")
+        tier.setdefault(module.strip(), set()).update(n for n in names.split() if n != "-")
+    return tier
+
+
+def in_fast_tier(item: pytest.Item, tier: dict[str, set[str]]) -> bool:
+    """Whether ``item`` is in the fast tier: named (or its module all of it) and not marked slow."""
+    names = tier.get(item.path.name, set())
+    name = getattr(item, "originalname", item.name)
+    return ("*" in names or name in names) and item.get_closest_marker("slow") is None
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--fast", action="store_true",
+                     help="only the fast tier (tests/fast_tier.txt); modules without a fast test are not imported")
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """With ``--fast``, skip importing test modules that hold no fast test (collection costs seconds)."""
+    if config.getoption("fast") and collection_path.name.startswith("test_") and collection_path.suffix == ".py":
+        return not read_fast_tier().get(collection_path.name)
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark the fast tier ``fast``; with ``--fast``, deselect the rest."""
+    tier = read_fast_tier()
+    keep, drop = [], []
+    for item in items:
+        if in_fast_tier(item, tier):
+            item.add_marker(pytest.mark.fast)
+            keep.append(item)
+        else:
+            drop.append(item)
+    if config.getoption("fast") and drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    """Apply ``CURATE_TEST_BATCH_SIZE`` and ``CURATE_TEST_TORCH_THREADS`` (the module doc)."""
+    """Apply ``CURATE_TEST_BATCH_SIZE`` and ``CURATE_TEST_TORCH_THREADS`` (the module doc); register ``fast``
+    here, not in pyproject.toml (the Makefile's install stamp hashes that file: an edit reinstalls)."""
+    config.addinivalue_line("markers", "fast: the fast tier, `make test-fast` (pytest --fast): tests/fast_tier.txt")
     threads = env_count("CURATE_TEST_TORCH_THREADS")
     if threads is not None:
         torch.set_num_threads(threads)
@@ -140,8 +203,9 @@ def demo_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture()
 def one_thread():
-    """Torch on one thread for the test (small models run faster so on 2 shared cores); restored after."""
+    """Torch on one thread for the test (small models run faster so on 2 shared cores); restored after.
+    ``CURATE_TEST_TORCH_THREADS`` wins where set, so a run can check these suites on another count."""
     previous = torch.get_num_threads()
-    torch.set_num_threads(1)
+    torch.set_num_threads(env_count("CURATE_TEST_TORCH_THREADS") or 1)
     yield
     torch.set_num_threads(previous)

@@ -88,9 +88,12 @@ def test_backend_loads_proposes_and_names_itself(case, folders, samples, one_thr
     assert sum(p.mask is not None for p in proposals) >= 3
     again = load_mask_model(spec, device="cpu", batch_size=5).propose(images, prompts, found_at) if case == "clipseg" \
         else proposer.propose(images, prompts, found_at)
+    # the same batches repeat exactly; clipseg's batches of 2 vs 5 round differently (~1e-7, issue 48), so a
+    # pixel whose probability sits at the threshold may flip: at most 0.1% (a batching bug changes far more)
     for a, b in zip(proposals, again):
         assert a.score == pytest.approx(b.score, abs=1e-6) and a.reason == b.reason
-        assert (a.mask is None) == (b.mask is None) and (a.mask is None or np.array_equal(a.mask, b.mask))
+        assert (a.mask is None) == (b.mask is None)
+        assert a.mask is None or ((a.mask != b.mask).mean() <= 1e-3 if case == "clipseg" else np.array_equal(a.mask, b.mask))
     # identity without loading == the loaded proposer's; readable, with the weights' fingerprints
     assert mask_model_identity(spec) == (proposer.model_id, proposer.info)
     pattern = r"\+".join(rf"{re.escape(role)}:[a-z0-9-]+@[0-9a-f]{{12}}" for role in roles)

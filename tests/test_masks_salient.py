@@ -155,10 +155,13 @@ def test_a_probe_model_gives_the_hand_computed_mask(models, images) -> None:
 
 
 def _same(a, b) -> None:
+    """The same proposals from differently batched runs. Not bit for bit (issue 48): a batched forward pass
+    rounds differently per batch shape and CPU (~1e-7), so a pixel whose probability sits that close to
+    the threshold may flip; a batching bug (mixed-up or padded-into photos) changes far more than 0.1%."""
     assert len(a) == len(b)
     for x, y in zip(a, b):
         assert x.reason == y.reason and x.score == pytest.approx(y.score, abs=1e-6)
-        assert (x.mask is None) == (y.mask is None) and (x.mask is None or np.array_equal(x.mask, y.mask))
+        assert (x.mask is None) == (y.mask is None) and (x.mask is None or (x.mask != y.mask).mean() <= 1e-3)
 
 
 def test_batches_equal_one_by_one_and_fixed_batches_are_honoured(models, images) -> None:
