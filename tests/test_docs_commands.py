@@ -60,9 +60,10 @@ TINY: tuple[tuple[str, str], ...] = (
     (r"^(curate train-reference .*)$", r"\1 --steps 40 --batch-size 64"),
     (r"--limit \d+", "--limit 8"),
     (r"--samples \d+", "--samples 2"),
+    (r"^(curate intervene .*)--per-cell \d+", r"\1--per-cell 4"),
 )
 #: The options whose values TINY may change or append (sizes and steps, nothing else).
-SIZE_OPTIONS = frozenset({"--per-class", "--steps", "--batch-size", "--limit", "--samples"})
+SIZE_OPTIONS = frozenset({"--per-class", "--steps", "--batch-size", "--limit", "--samples", "--per-cell"})
 #: Setup lines (as extracted: comments dropped) -> the paths each makes or changes. The fixture
 #: :func:`prepared` runs them in this order, shrunk by TINY; a block that prints one gets a copy of
 #: those paths as they were right after it ran.
@@ -252,6 +253,21 @@ def test_there_are_offline_blocks():
     assert sum(len(blocks) for _, blocks in OFFLINE) >= 8
 
 
+#: What a README block of ``curate`` commands that cannot run here says it needs, in its info string
+#: (```bash needs-weights), instead of ``offline``.
+NEEDS = frozenset({"needs-weights", "needs-data", "needs-cluster"})
+
+
+def test_every_readme_command_block_runs_or_says_what_it_needs():
+    """Each README block of ``curate`` commands is run by :func:`test_offline_blocks_run_as_written_on_a_tiny_world`
+    (``offline``) or says what this machine cannot give it (:data:`NEEDS`): a new block cannot go unrun unnoticed
+    (issue 43)."""
+    blocks = [(set(info.split()), _lines(body)) for info, body in _blocks(REPO / "README.md")]
+    unmarked = [lines[0] for words, lines in blocks if lines and not words & (NEEDS | {"offline"})]
+    assert not unmarked, f"README blocks neither offline nor marked {sorted(NEEDS)}: {unmarked}"
+    assert sum("offline" in words for words, _ in blocks) >= 2  # the tour and its sequel run
+
+
 def test_tiny_substitutions_change_only_sizes():
     """TINY changes option values of sizes and steps (or appends such options), no other token."""
     seen = 0
@@ -344,7 +360,8 @@ LOCAL_FILES = {"recipes.md": _write_local_files}
 #: that exits 0 having done nothing still fails.
 WRITES: dict[str, tuple[str, ...]] = {
     "README.md": ("eval/runs/split-*/split.csv", "eval/runs/compare/compare.md", "eval/runs/fidelity-*/ranking.csv",
-                  "eval/runs/report/report.md", "eval/runs/report/report.html"),
+                  "eval/runs/report/report.md", "eval/runs/report/report.html", "eval/runs/plan/plan.csv",
+                  "eval-iv/samples.parquet", "eval-iv/runs/attribution-*/attribution.csv"),
     "cli.md": ("mydata/dataset.yaml", "eval/runs/split-*/split.csv", "CounterAnimal/metadata.csv",
                "CounterAnimal/*/easy-*/*", "CounterAnimal/*/hard-*/*", "eval/runs/eval-*/metrics.json",
                "eval/runs/compare/compare.md", "world/runs/explain-*/summary.json",
