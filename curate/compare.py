@@ -33,12 +33,13 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from curate.formatting import MISSING, pct, pct_ci
+from curate.metrics.bootstrap import allowed_or_nan
 from curate.metrics.robustness import SCALES, effective_robustness, fit_effective_robustness
 from curate.runs import EvaluationRun, RunError, iter_runs, write_bytes
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["RunRow", "Repeat", "load_rows", "newest_runs", "repeats_note", "fit_groups", "compare_runs", "drop_text",
+__all__ = ["RunRow", "Repeat", "cell_sizes", "load_rows", "newest_runs", "repeats_note", "fit_groups", "compare_runs", "drop_text",
            "to_markdown", "to_csv", "scatter_png", "split_reference", "flag_in_sample"]
 
 NAN = float("nan")
@@ -142,14 +143,24 @@ def flag_in_sample(rows: Sequence[RunRow], split: Any) -> None:
             r.corrected_drop = corrected if r.label_space in spaces else NAN
 
 
+def cell_sizes(run: EvaluationRun) -> list[int]:
+    """The (class, group) cell sizes of a run's classes with both groups (``per_class`` n_easy / n_hard)."""
+    return [int(c[k]) for c in run.per_class for k in ("n_easy", "n_hard") if c.get(k) is not None]
+
+
 def _row(run: EvaluationRun, scale: str) -> RunRow:
     easy, hard, drop = run.group("easy"), run.group("hard"), run.drop
     prompted = run.family in ("clip", "lvlm")
+    sizes = cell_sizes(run)  # the interval rule also for runs written before it (curate.metrics.bootstrap)
+
+    def cells(interval: Any) -> tuple[float, float]:  # a run without per-class counts keeps what it stored
+        return allowed_or_nan(interval, sizes) if sizes else (float(interval[0]), float(interval[1]))
+
     return RunRow(
         run=run.name, model=run.model_label, model_id=run.model_id, family=run.family,
         label_space=run.label_space_name, prompts=run.prompts_name if prompted else MISSING,
         easy=easy.acc1, hard=hard.acc1, drop=drop.acc1 if drop else NAN,
-        easy_ci=easy.acc1_ci, hard_ci=hard.acc1_ci, drop_ci=drop.acc1_ci if drop else (NAN, NAN),
+        easy_ci=cells(easy.acc1_ci), hard_ci=cells(hard.acc1_ci), drop_ci=cells(drop.acc1_ci) if drop else (NAN, NAN),
         n_easy=easy.n, n_hard=hard.n, er_scale=scale,
     )
 

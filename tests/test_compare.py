@@ -137,3 +137,35 @@ def test_readers_and_records_load_no_deep_learning_stack() -> None:
             "print(sorted(m for m in ('torch', 'matplotlib', 'open_clip') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "[]"
+
+
+def test_a_run_written_before_the_interval_rule_loses_its_zero_width_intervals(tmp_path) -> None:
+    """Issue 45: a run whose bootstrap rested on one-photo cells stored `[19.23, 19.23]`; compare applies the
+    rule from the run's per-class counts (curate.metrics.bootstrap.interval_allowed), and keeps the rest."""
+    import pyarrow as pa
+    from eval_helpers import make_folder
+
+    from curate.compare import load_rows
+    from curate.runs import EvaluationRun
+
+    ds = make_folder(tmp_path / "ds", per_class=2)
+
+    def write(name: str, n: int) -> None:
+        group = {"acc1_balanced_ci95": [0.8701, 0.8701], "n": 3 * n, "n_classes": 3, "acc1_unbalanced": 0.87,
+                 "acc5_balanced": 1.0, "acc1_balanced": 0.8701}
+        metrics = {"groups": {"easy": group, "hard": group}, "drop": {"acc1": 0.1923, "acc1_ci95": [0.1923, 0.1923]},
+                   "per_class": [{"class_index": c, "n_easy": n, "n_hard": n} for c in range(3)]}
+        empty = pa.table({"sample_id": pa.array([], pa.string()), "class_index": pa.array([], pa.int32()),
+                          "group": pa.array([], pa.string()), "background": pa.array([], pa.string()),
+                          "topk_labels": pa.array([], pa.list_(pa.int32())),
+                          "topk_scores": pa.array([], pa.list_(pa.float32())),
+                          "correct1": pa.array([], pa.bool_()), "correct5": pa.array([], pa.bool_())})
+        EvaluationRun(model={"name": name, "pretrained": None, "model_id": name, "family": "clip"},
+                      label_space={"name": "imagenet1k"}, prompts={"name": "simple", "templates": ["A photo of {}."]},
+                      settings={}, dataset={}, metrics=metrics, predictions_table=empty).write(ds.root / "runs" / name)
+
+    write("one", 1)
+    write("two", 2)
+    rows = {r.run: r for r in load_rows(ds.root)}
+    assert all(np.isnan(rows["one"].drop_ci)) and all(np.isnan(rows["one"].hard_ci))
+    assert rows["two"].drop_ci == (0.1923, 0.1923)

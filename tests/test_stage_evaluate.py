@@ -300,3 +300,33 @@ def test_the_evaluate_table_labels_each_column_by_what_it_holds(tmp_path) -> Non
     row = next(line for line in result.output.splitlines() if run.model_label[:10] in line and line != header)
     cells = [c.strip() for c in row.split("│")[1:]]
     assert cells[1] == pct(run.overall["acc1"], 2) and cells[3] == pct(run.group("easy").acc1, 2)
+
+
+def test_one_photo_per_cell_gives_no_interval_in_evaluate_compare_and_the_report(tmp_path) -> None:
+    """Issue 45: one photo per (class, group) printed `19.23 [19.23, 19.23]` in evaluate, compare.csv and
+    the report's Table 2; the interval rule (curate.metrics.bootstrap) gives none in each."""
+    from click.testing import CliRunner
+
+    from curate.cli import main
+    from curate.compare import compare_runs
+    from curate.report import evaluation_rows
+
+    ds = make_folder(tmp_path / "ds", per_class=2)  # one easy and one hard photo per class
+    result = CliRunner(env={"COLUMNS": "300"}).invoke(main, ["evaluate", str(ds.root), "--model", "curate-tiny-vit",
+                                                             "--bootstrap", "50", "--run-name", "one"])
+    assert result.exit_code == 0, result.output
+    from curate.runs import EvaluationRun
+
+    run = EvaluationRun.load(ds.root / "runs" / "one")
+    assert all(np.isnan(run.drop.acc1_ci)) and all(np.isnan(run.group("hard").acc1_ci))
+    row = next(line for line in result.output.splitlines() if "curate-tiny-vit" in line)
+    assert "[" not in row  # the drop is printed without an interval
+    rows, folder = compare_runs(ds.root, tmp_path / "cmp", None)
+    assert all(np.isnan(rows[0].drop_ci)) and all(np.isnan(rows[0].easy_ci))
+    compared = next(line for line in (folder / "compare.md").read_text().splitlines() if "curate-tiny-vit" in line)
+    assert "[" not in compared
+    assert all(np.isnan(evaluation_rows(ds.root)[0][0].drop_ci))
+    from curate.report import build_report
+
+    table2 = [line for line in build_report(ds.root).read_text().splitlines() if line.startswith("| curate-tiny-vit")]
+    assert table2 and all("[" not in line for line in table2)

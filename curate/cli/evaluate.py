@@ -18,7 +18,7 @@ from curate.cli.options import (
     model_specs,
     run_options,
 )
-from curate.formatting import pct
+from curate.formatting import pct, pct_ci
 
 
 @main.command()
@@ -77,7 +77,8 @@ def evaluate(directory: Path, models: tuple[str, ...], pretrained: tuple[str, ..
         drop = run.drop
         easy = pct(run.group("easy").acc1, 2) if run.has_groups else "—"
         hard = pct(run.group("hard").acc1, 2) if run.has_groups else "—"
-        drop_cell = f"{pct(drop.acc1, 2)} [{pct(drop.acc1_ci[0], 2)}, {pct(drop.acc1_ci[1], 2)}]" if drop else "—"
+        # no interval where the bootstrap rule gives none (a cell under 2 photos: curate.metrics.bootstrap)
+        drop_cell = f"{pct(drop.acc1, 2)}{pct_ci(drop.acc1_ci, 2)}" if drop else "—"
         table.add_row(run.model_label, pct(run.overall.get("acc1"), 2), pct(run.overall.get("acc5"), 2), easy, hard,
                       drop_cell, str(run.excluded_count))
     out().print(table)

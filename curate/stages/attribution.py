@@ -25,9 +25,10 @@ from typing import Any
 from curate.interventions.attribution import attribute, photo_table
 from curate.progress import Progress, report
 from curate.runs.attribution import AttributionRun, ClassRow, ModelAttribution
-from curate.runs.base import RUNS_DIR, RunError, iter_runs, write_bytes
+from curate.runs.base import RunError, iter_runs, write_bytes
 from curate.runs.evaluation import EvaluationRun
 from curate.runs.interventions import InterventionRun
+from curate.runs.lookup import named_run
 from curate.shell import suggest
 from curate.stages.common import claim_run_dir, open_dataset, run_stage
 
@@ -65,7 +66,7 @@ def _evaluations(root: Path, runs: Any) -> list[EvaluationRun]:
             if isinstance(name, EvaluationRun):
                 out.append(name)
                 continue
-            out.append(EvaluationRun.load(Path(root) / RUNS_DIR / str(name)))
+            out.append(named_run(root, str(name), EvaluationRun))  # a missing run is said so (curate.runs.lookup)
         return out
     loaded = []
     for path, record in iter_runs(root, EvaluationRun.KIND):
