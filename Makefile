@@ -14,8 +14,8 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 # torch's OpenMP threads sleep instead of spinning when they wait (issue 28): on a loaded 2-core
 # machine spinning threads burn the cores the other threads need. Measured on the training tests
 # (tests/test_train_reference.py -k "not demo", interleaved, load 5.6-6.6): default 37 / 96 s wall,
-# 30 / 34 s user CPU; PASSIVE 27 / 24 s wall, 19 / 19 s user CPU. Quiet figures: README, "The two
-# commands". Override with `make test OMP_WAIT_POLICY=ACTIVE`.
+# 30 / 34 s user CPU; PASSIVE 27 / 24 s wall, 19 / 19 s user CPU. Quiet figures: docs/results.md, "The
+# two commands and the tour". Override with `make test OMP_WAIT_POLICY=ACTIVE`.
 OMP_WAIT_POLICY ?= PASSIVE
 export OMP_WAIT_POLICY
 

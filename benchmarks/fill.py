@@ -8,8 +8,8 @@ world's truth (snow = hard), fill ``--n`` photos steered and ``--n`` unsteered (
 the folder), and count the fetched photos that landed on snow. Then ``curate plan``'s predicted
 half-width after adding the steered snow photos is set against the bootstrap half-width measured on
 them (a simulated reference: 90% right on grass, 50% on snow). Prints each world's figures and the
-pooled hit rates (95% Wilson) with their risk ratio (95% Katz). This is the table in README.md
-("Thin hard groups") and docs/science.md; it is a measurement of accuracy, not of speed, so it has
+pooled hit rates (95% Wilson) with their risk ratio (95% Katz). This is the table in docs/results.md
+("Filling thin hard groups") and docs/science.md; it is a measurement of accuracy, not of speed, so it has
 no peer tool (no tool in this field steers collection). CPU time is printed beside wall time.
 
 With ``--model SPEC`` (a CLIP; ``curate-tiny-clip`` = random weights, seed 0) each world is also

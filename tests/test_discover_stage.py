@@ -46,7 +46,7 @@ def world(planted, tmp_path, monkeypatch) -> Path:
 
 
 def test_the_planted_background_is_found_named_and_removal_beats_whole_images(planted, naming, tmp_path):
-    """Measured with the demo's models (README "Backgrounds nobody listed"): every class's road
+    """Measured with the demo's models (docs/results.md "Backgrounds nobody listed"): every class's road
     photos form one group (Jaccard 1.0), "a road" is among its top names, the class's groups agree
     with the drawn backgrounds (ARI 0.96-1.0 with the object removed; the whole-image baseline
     reached 0.61 on polar bear, whose road photos it did not separate)."""
