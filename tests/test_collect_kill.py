@@ -1,20 +1,31 @@
 """SIGKILL the iNaturalist collector (a real `curate collect inat` subprocess) at random points,
 run it again, and check the result equals an uninterrupted run's: same rows, same quarantine,
-no stray files, nothing downloaded twice (beyond the few downloads in flight at each kill)."""
+no stray files, nothing downloaded twice (beyond the few downloads in flight at each kill).
+
+And, for every collector that keeps a journal (iNaturalist, its ``--fill``, folder, composite), a
+kill at each commit boundary (issue 45): each run is SIGKILLed the moment it replaces
+``samples.parquet`` (before the journal and the change log hear of it), the same command again,
+until a run finishes; the folder must equal an uninterrupted run's, with an ``add`` record in
+``changes.jsonl`` for every row and no temporary file left beside it."""
 from __future__ import annotations
 
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
-from fake_inat import FakeINat, dataset_signature, make_world
+from fake_inat import FakeINat, dataset_signature, make_place_world, make_world
+from fill_helpers import OSTRICH, labelled_world
+from PIL import Image
 
-from curate.store import check_dataset
+from curate.collect.synthetic import DEFAULT_CLASSES, WorldSpec, collect_synthetic
+from curate.store import Dataset, check_dataset
 
 REPO = Path(__file__).resolve().parent.parent
 CONCURRENCY = 3
@@ -100,3 +111,115 @@ def test_sigkill_twice_then_resume_equals_uninterrupted(tmp_path) -> None:
 @pytest.mark.parametrize("seed", [2, 3])
 def test_sigkill_many_times_then_resume_equals_uninterrupted(tmp_path, seed) -> None:
     kill_and_resume(tmp_path, kills=5, seed=seed)
+
+
+#: Runs ``curate ARGS`` with ``os.replace`` wrapped so that the process SIGKILLs itself the moment
+#: ``$KILL_ROOT/samples.parquet`` is replaced: right after a commit, before anything that follows it.
+KILL_AT_COMMIT = (
+    "import os, signal, sys\n"
+    "real = os.replace\n"
+    "target = os.path.join(os.path.realpath(os.environ['KILL_ROOT']), 'samples.parquet')\n"
+    "def replace(src, dst, *args, **kwargs):\n"
+    "    real(src, dst, *args, **kwargs)\n"
+    "    if os.path.realpath(os.fspath(dst)) == target:\n"
+    "        os.kill(os.getpid(), signal.SIGKILL)\n"
+    "os.replace = replace\n"
+    "from curate.cli import main\n"
+    "main(sys.argv[1:], prog_name='curate')\n"
+)
+
+
+def curate(args: list[str], *, kill_root: Path | None = None) -> subprocess.CompletedProcess:
+    """``curate ARGS`` in a subprocess (killed at its first commit to ``kill_root`` when given)."""
+    prefix = [sys.executable, "-c", KILL_AT_COMMIT] if kill_root else [sys.executable, "-m", "curate.cli"]
+    extra = {"KILL_ROOT": str(kill_root)} if kill_root else {}
+    return subprocess.run(prefix + args, env={**env(), **extra}, capture_output=True, text=True, timeout=120,
+                          check=False)
+
+
+def kill_at_each_commit(args: list[str], root: Path, max_runs: int = 40) -> int:
+    """Run ``curate ARGS`` again and again, each run killed right after its first commit to ``root``,
+    until one finishes without committing; returns the number of kills."""
+    for kills in range(max_runs):
+        result = curate(args, kill_root=root)
+        if result.returncode == 0:
+            return kills
+        assert result.returncode == -signal.SIGKILL, result.stdout + result.stderr
+    raise AssertionError(f"still committing after {max_runs} runs")
+
+
+def assert_left_whole(root: Path) -> None:
+    """A valid folder, a change-log ``add`` for every row, no temporary file in or beside it."""
+    assert not check_dataset(root)
+    ds = Dataset.open(root)
+    added = {c["sample_id"] for c in ds.changes() if c.get("op") == "add"}
+    assert set(ds.sample_ids()) <= added, sorted(set(ds.sample_ids()) - added)[:5]
+    leftovers = [p.name for p in (*root.iterdir(), *root.parent.iterdir())
+                 if p.is_file() and (p.name.endswith(".tmp") or "pending" in p.name)]
+    assert not leftovers, leftovers
+    assert not any(p.is_file() for p in (root / ".tmp").glob("*")) if (root / ".tmp").exists() else True
+
+
+def compare_killed(tmp_path: Path, args_for, prepare=None, commits: int = 2) -> None:
+    """``args_for(root)``: the command; ``prepare(root)``: the folder before it (optional). The
+    uninterrupted run and the run killed at each of its (at least ``commits``) commits end with the
+    same folder."""
+    roots = {}
+    for name in ("reference", "killed"):
+        roots[name] = tmp_path / name / "ds"
+        roots[name].parent.mkdir()
+        if prepare is not None:
+            prepare(roots[name])
+    result = curate(args_for(roots["reference"]))
+    assert result.returncode == 0, result.stdout + result.stderr
+    kills = kill_at_each_commit(args_for(roots["killed"]), roots["killed"])
+    assert kills >= commits
+    assert dataset_signature(roots["killed"]) == dataset_signature(roots["reference"])
+    assert_left_whole(roots["killed"])
+
+
+def test_inat_killed_at_each_commit_equals_uninterrupted(tmp_path: Path) -> None:
+    with FakeINat(make_world(n_per_taxon=14), photo_faults=faults()) as srv:
+        def args(root: Path) -> list[str]:
+            args = command(root, srv.api_url)[3:]
+            args[args.index("--per-page") + 1] = "10"  # fewer commits: one a page
+            return args
+        compare_killed(tmp_path, args)
+
+
+@pytest.fixture(scope="module")
+def place_server():
+    with FakeINat(make_place_world(n_per_taxon=600, seed=7)) as server:
+        yield server
+
+
+def test_fill_killed_at_each_commit_fetches_what_an_uninterrupted_fill_does(tmp_path: Path,
+                                                                              place_server: FakeINat) -> None:
+    """The fault of issue 45: a fill killed right after its commit listed its own photos as 'in the
+    folder', dropped them, and fetched as many again (94 proposed for --n 50)."""
+    base = labelled_world(place_server, tmp_path / "base", per_class=80)
+
+    def args(root: Path) -> list[str]:
+        return ["collect", "inat", str(root), "--fill", "split-planted", "--class", str(OSTRICH), "--n", "6",
+                "--api-url", place_server.api_url, "--api-rate", "none", "--download-rate", "none",
+                "--byte-rate", "none"]
+
+    compare_killed(tmp_path, args, prepare=lambda root: shutil.copytree(base, root), commits=1)
+    proposed = [r for r in Dataset.open(tmp_path / "killed" / "ds").rows() if "proposed:hard" in r["tags"]]
+    assert len(proposed) == 6
+
+
+def test_folder_killed_at_each_commit_equals_uninterrupted(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    for k in range(5):
+        (src / ("9" if k % 2 else "10")).mkdir(parents=True, exist_ok=True)
+        image = Image.fromarray(np.random.default_rng(k).integers(0, 255, (12, 16, 3), dtype=np.uint8))
+        image.save(src / ("9" if k % 2 else "10") / f"{k}.png")
+    compare_killed(tmp_path, lambda root: ["collect", "folder", str(root), str(src), "--license", "cc-by"])
+
+
+def test_composite_killed_at_each_commit_equals_uninterrupted(tmp_path: Path) -> None:
+    objects = tmp_path / "objects"
+    collect_synthetic(objects, WorldSpec(classes=DEFAULT_CLASSES[:3], per_class=3, image_size=32, seed=3))
+    compare_killed(tmp_path, lambda root: ["collect", "composite", str(root), "--objects", str(objects),
+                                           "--colors", "red,green", "--seed", "4"])

@@ -645,3 +645,71 @@ def test_dataset_pickles_for_worker_processes(tmp_path: Path) -> None:
     assert clone.sample_ids() == ds.sample_ids() and clone.label_space == ds.label_space
     clone.update(clone.sample_ids()[:1], {"status": "accepted"}, actor="worker")
     assert ds.row(ds.sample_ids()[0])["status"] == "accepted"
+
+
+#: Adds two samples to the dataset at argv[1] with os.replace wrapped to SIGKILL the process just
+#: before or just after samples.parquet is replaced (argv[2]: "before" or "after").
+_KILL_AROUND_COMMIT = (
+    "import os, signal, sys\n"
+    "from store_helpers import solid_png\n"
+    "from curate.store import Dataset, NewSample\n"
+    "real = os.replace\n"
+    "def replace(src, dst, *args, **kwargs):\n"
+    "    hit = os.path.basename(os.fspath(dst)) == 'samples.parquet'\n"
+    "    if hit and sys.argv[2] == 'before':\n"
+    "        os.kill(os.getpid(), signal.SIGKILL)\n"
+    "    real(src, dst, *args, **kwargs)\n"
+    "    if hit:\n"
+    "        os.kill(os.getpid(), signal.SIGKILL)\n"
+    "os.replace = replace\n"
+    "ds = Dataset.open(sys.argv[1])\n"
+    "ds.add_samples([NewSample(image=solid_png((200, i, 1)), class_index=0) for i in range(2)], actor='killed')\n"
+)
+
+
+@pytest.mark.parametrize("moment", ["after", "before"])
+def test_change_log_matches_the_rows_after_a_kill_at_the_commit(tmp_path: Path, moment: str) -> None:
+    """Issue 45: a kill right after the commit lost the commit's "add" lines for good; now they are
+    written as part of the commit (a kill just before it leaves no line for rows that never came)."""
+    ds = make_dataset(tmp_path / "ds", n=2)
+    proc = subprocess.run([sys.executable, "-c", _KILL_AROUND_COMMIT, str(ds.root), moment], env=subprocess_env(),
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    reopened = Dataset.open(ds.root)
+    added = [c["sample_id"] for c in reopened.changes() if c["op"] == "add"]
+    assert sorted(added) == sorted(reopened.sample_ids())
+    assert len(reopened) == (4 if moment == "after" else 2)
+    assert not (ds.root / ".curate.changes.pending.json").exists() and errors(ds.root) == []
+    reopened.update(reopened.sample_ids()[:1], {"status": "accepted"}, actor="x")
+    assert [c["op"] for c in reopened.changes()][-1] == "update"
+
+
+def test_a_commit_in_flight_is_settled_by_the_next_writer(tmp_path: Path) -> None:
+    """When the open could not take the lock, the next writer settles the killed commit first."""
+    ds = make_dataset(tmp_path / "ds", n=1)
+    subprocess.run([sys.executable, "-c", _KILL_AROUND_COMMIT, str(ds.root), "after"], env=subprocess_env(),
+                   capture_output=True, timeout=60, check=False)
+    assert (ds.root / ".curate.changes.pending.json").exists()  # as the kill left it
+    ds.update(ds.sample_ids()[:1], {"status": "accepted"}, actor="x")  # ds was opened before the kill
+    assert [c["op"] for c in ds.changes()] == ["add", "add", "add", "update"]
+    assert not (ds.root / ".curate.changes.pending.json").exists()
+
+
+def test_temporary_files_of_dead_processes_are_removed_on_open(tmp_path: Path) -> None:
+    """Issue 45: a kill left ``..curate.filecheck.json.<pid>.<rand>.tmp`` in the folder for good."""
+    ds = make_dataset(tmp_path / "ds", n=1)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True)
+    pid = int(dead.stdout)
+    stale = [ds.root / f"..curate.filecheck.json.{pid}.0badf00d.tmp", ds.root / ".tmp" / f"samples.parquet.{pid}.12345678.tmp"]
+    live = ds.root / f"..curate.extracheck.json.{os.getpid()}.abcdef01.tmp"  # a writer still at work
+    for path in (*stale, live):
+        path.parent.mkdir(exist_ok=True)
+        path.write_bytes(b"{}")
+    Dataset.open(ds.root)
+    assert not any(p.exists() for p in stale) and live.exists()
+    # the checks' own records go through .tmp/, so a kill mid-write leaves nothing beside the files
+    live.unlink()
+    (ds.root / ".curate.filecheck.json").unlink(missing_ok=True)
+    check_dataset(ds.root)
+    assert sorted(p.name for p in ds.root.iterdir() if p.name.endswith(".tmp") and p.is_file()) == []

@@ -359,6 +359,15 @@ class Engine:
         wanted = cand.sample.get("class_index")
         return wanted is None or wanted == class_index
 
+    def _same_item(self, cand: Candidate, existing: tuple[str, str, str | None, int | None]) -> bool:
+        """Whether the dataset row ``existing`` (sample_id, source, source_id, class_index) with the
+        candidate's content is this very item, not yet counted by the job: same source and source id
+        (or none), same class."""
+        sid, source, source_id, cls = existing
+        return (str(cand.sample.get("source")) == str(source) and cand.sample.get("source_id") == source_id
+                and self._same_class(cand, cls) and sid not in self._counted
+                and sid not in self.journal.counted_samples)
+
     def _walk(self, item: StreamItem, future: Future | None, stats: GroupStats) -> None:
         if isinstance(item, Checkpoint):
             self._flush(stats)
@@ -416,6 +425,13 @@ class Engine:
         sha = fetched.prepared.sha256
         sid = sha[:16]
         existing = self._by_sha.get(sha)
+        if existing is not None and self._same_item(cand, existing):
+            # committed by a run killed before its journal heard of it (a folder's item, found by content)
+            self._counted.add(existing[0])
+            self._records.append(self._record(cand.key, cand.group, "present", sample_id=existing[0]))
+            self._count(stats, "present")
+            self._drop.append(cand.key)
+            return
         if existing is not None or sha in self._batch_sha:
             other = existing[0] if existing is not None else self._batch_sha[sha]
             self._records.append(self._record(cand.key, cand.group, "duplicate", sample_id=other,

@@ -239,7 +239,7 @@ def fill_group(
     if scorer is not None:
         for c in wanted:
             _group_rows(rows, c, group)  # a class without group photos fails before anything is listed
-    in_folder = {str(r["source_id"]) for r in rows if r.get("source") == "inat"}
+    in_folder = {str(r["source_id"]): _job_of(r) for r in rows if r.get("source") == "inat"}
     codes = license_policy(licenses, allow_restricted=allow_restricted_licenses,
                            source_codes=INAT_PHOTO_LICENSES + ("all-rights-reserved",), source="iNaturalist")
     own_client = client is None
@@ -348,19 +348,33 @@ def _taxon(api: INatAPI, journal: Journal, cls: INatClass) -> ResolvedTaxon:
     return resolved
 
 
+def _job_of(row: Mapping[str, Any]) -> str | None:
+    """The iNaturalist job that added a row (``extra.inat_job``), or None."""
+    extra = row.get("extra") or {}
+    try:
+        extra = json.loads(extra) if isinstance(extra, str) else extra
+    except ValueError:
+        return None
+    return extra.get("inat_job") if isinstance(extra, dict) else None
+
+
 def _listing(api: INatAPI, journal: Journal, cls: INatClass, taxon: ResolvedTaxon, settings: INatSettings,
-             in_folder: set[str], limit: int) -> list[Candidate]:
-    """Up to ``limit`` candidates of the (steered) listing, newest first, none already in the folder.
+             in_folder: Mapping[str, str | None], limit: int) -> list[Candidate]:
+    """Up to ``limit`` candidates of the (steered) listing, newest first, none that was in the folder
+    before this fill (``in_folder``: source id -> the job that added it).
 
     Listing only: the paging checkpoints are not kept, so a re-run lists the same observations again
-    and the journal skips what is already added."""
+    and the journal skips what is already added. A photo this very job added stays in the listing
+    even when the journal does not name it (a run killed between the commit and the journal, issue
+    45): the engine finds it in the folder and counts it, so the re-run lists, ranks and adds what an
+    uninterrupted fill does."""
     out: list[Candidate] = []
     seen: set[str] = set()
     for item in class_stream(api, journal, cls, taxon, settings):
         if not isinstance(item, Candidate):
             continue
         source_id = str(item.sample.get("source_id"))
-        if source_id in in_folder and journal.final(item.key) is None:
+        if source_id in in_folder and in_folder[source_id] != journal.job_id and journal.final(item.key) is None:
             continue
         if source_id in seen:
             continue

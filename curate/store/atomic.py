@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import socket
 import threading
 import time
@@ -79,7 +80,8 @@ def _tmp_path(root: Path, target: Path) -> Path:
 
 
 def atomic_write(
-    root: Path, target: Path, write: Callable[[BinaryIO], None], *, fsync: bool = True, sync_dir: bool = True
+    root: Path, target: Path, write: Callable[[BinaryIO], None], *, fsync: bool = True, sync_dir: bool = True,
+    before_replace: Callable[[Path], None] | None = None,
 ) -> None:
     """Write ``target`` (inside dataset ``root``) via ``write(fileobj)`` atomically.
 
@@ -88,9 +90,11 @@ def atomic_write(
     ``target`` is untouched. ``fsync=False`` (with ``sync_dir=False``) skips both fsyncs for
     files that a later :func:`durability_barrier` flushes in one go before the commit that
     references them; the rename is still atomic, so no torn file can appear under ``target``.
+    ``before_replace(tmp)`` runs once the temporary file is complete and closed, just before the
+    rename (the change log's write-ahead step, :mod:`curate.store.changelog`).
     """
     target.parent.mkdir(parents=True, exist_ok=True)
-    _replace_via(_tmp_path(root, target), target, write, fsync=fsync, sync_dir=sync_dir)
+    _replace_via(_tmp_path(root, target), target, write, fsync=fsync, sync_dir=sync_dir, before_replace=before_replace)
 
 
 def atomic_write_beside(target: Path, data: bytes, *, fsync: bool = True) -> None:
@@ -103,7 +107,8 @@ def atomic_write_beside(target: Path, data: bytes, *, fsync: bool = True) -> Non
     _replace_via(tmp, target, lambda handle: handle.write(data), fsync=fsync, sync_dir=False)
 
 
-def _replace_via(tmp: Path, target: Path, write: Callable[[BinaryIO], None], *, fsync: bool, sync_dir: bool) -> None:
+def _replace_via(tmp: Path, target: Path, write: Callable[[BinaryIO], None], *, fsync: bool, sync_dir: bool,
+                 before_replace: Callable[[Path], None] | None = None) -> None:
     """Write ``tmp``, optionally fsync it, rename it onto ``target``; remove ``tmp`` on any error."""
     try:
         with open(tmp, "wb") as handle:
@@ -111,6 +116,8 @@ def _replace_via(tmp: Path, target: Path, write: Callable[[BinaryIO], None], *, 
             handle.flush()
             if fsync:
                 os.fsync(handle.fileno())
+        if before_replace is not None:
+            before_replace(tmp)
         os.replace(tmp, target)
     except BaseException:
         try:
@@ -178,6 +185,48 @@ def clean_tmp(root: Path) -> int:
                 pass
     if removed:
         log.info("removed %d temporary file(s) left by an interrupted writer in %s", removed, tmp_dir)
+    return removed
+
+
+#: The name every temporary file of this module has: ``[.]<name>.<pid>.<8 hex>.tmp``.
+_TEMP_NAME = re.compile(r"^\.?.+\.(\d+)\.[0-9a-f]{8}\.tmp$")
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: alive, another user's
+        return True
+    return True
+
+
+def clean_dead_temps(root: Path) -> int:
+    """Remove the temporary files of writers that died (SIGKILL, power cut) from ``root`` and its
+    ``.tmp/``: files named as this module names them (:func:`atomic_write_beside`'s hidden
+    siblings such as ``..curate.filecheck.json.<pid>.<rand>.tmp``, and ``.tmp/`` entries) whose
+    process no longer runs. Needs no lock: a live writer's file is never touched. Returns how many
+    were removed (a read-only folder removes none)."""
+    removed = 0
+    for folder in (root, root / TMP_DIR):
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            match = _TEMP_NAME.match(entry.name)
+            if match is None or (folder == root and not entry.name.startswith(".")) or _pid_alive(int(match.group(1))):
+                continue
+            try:
+                os.unlink(entry.path)
+                removed += 1
+            except OSError:
+                pass
+    if removed:
+        log.info("removed %d temporary file(s) of dead writers in %s", removed, root)
     return removed
 
 

@@ -17,8 +17,10 @@ Write ordering (each step atomic, see curate.store.atomic; all under the folder'
 1. new media and mask files (content-addressed or new names, so no committed row changes),
    made durable by one barrier (``syncfs``, else an fsync each) before step 2;
 2. ``samples.parquet`` replaced whole: this is THE commit point;
-3. ``changes.jsonl`` appended (after the commit, so the log never claims a change that did not
-   happen; a crash between 2 and 3 loses log lines, never data), then ``quarantine.jsonl``;
+3. ``changes.jsonl``: its records are appended just before the rename of step 2, behind a
+   write-ahead record that the next writer (or open) settles, so the log holds a commit's lines
+   exactly when the commit happened, even after a kill (:mod:`curate.store.changelog`); then
+   ``quarantine.jsonl``;
 4. replaced mask files no longer referenced are deleted last.
 A writer killed at any instant leaves the last committed state (plus unreferenced files, which
 are harmless and which validation ignores).
@@ -57,14 +59,16 @@ from PIL import Image
 
 from curate import __version__
 from curate.labels import LabelSpace, imagenet1k
-from curate.store import rowscan
+from curate.store import changelog, rowscan
 from curate.store import schema as S
 from curate.store.atomic import (
     DatasetError,
     DatasetLock,
+    LockedError,
     append_jsonl,
     atomic_write,
     atomic_write_bytes,
+    clean_dead_temps,
     durability_barrier,
     fsync_dir,
     read_jsonl,
@@ -102,6 +106,20 @@ def _format_problems(root: Path, problems: list[ValidationProblem]) -> str:
     lines.append("Fix these (or restore the folder from a copy); "
                  "curate.store.check_dataset(root) lists every problem.")
     return "\n".join(lines)
+
+
+def _tidy_after_kill(root: Path) -> None:
+    """What a killed writer can leave, tidied when a folder is opened: temporary files of dead
+    processes, and a commit in flight (settled when the lock is free now; else its holder, or the
+    next writer, settles it). A read-only folder is left as it is."""
+    clean_dead_temps(root)
+    if not (root / changelog.PENDING_FILE).exists():
+        return
+    try:
+        with DatasetLock(root, timeout=0).hold("settling the change log"):
+            changelog.settle(root)
+    except (LockedError, OSError):
+        pass
 
 
 def _stamp(path: Path) -> tuple[int, int, int] | None:
@@ -221,6 +239,7 @@ class Dataset:
         docs/design.md#dataset-folder).
         """
         root = Path(root)
+        _tidy_after_kill(root)
         stamp = _stamp(root / SAMPLES_FILE)  # before the read: a file replaced since is read again
         inspection = inspect_dataset(root, deep=deep)
         errors = inspection.errors
@@ -604,10 +623,9 @@ class Dataset:
             table, records, changed = self._apply(normalized, actor=actor, reason=reason)
             if records:
                 carry = rowscan.files_unchanged(self._root, None)
-                self._commit_table(table, self._index)  # same rows in the same order
+                self._commit_table(table, self._index, records)  # same rows in the same order
                 if carry:  # no image was added or removed: the last presence check still holds
                     rowscan.carry_forward(self._root)
-                append_jsonl(self._root / CHANGES_FILE, records)
         if changed:
             log.info("%s: %s changed %d sample(s), %d field value(s)%s", self._root, actor, changed, len(records),
                      f" ({reason})" if reason else "")
@@ -729,10 +747,9 @@ class Dataset:
             table, records, changed = self._apply(plan, actor=actor, reason=reason)
             if records:
                 carry = rowscan.files_unchanged(self._root, None)
-                self._commit_table(table, self._index)
+                self._commit_table(table, self._index, records)
                 if carry:
                     rowscan.carry_forward(self._root)
-                append_jsonl(self._root / CHANGES_FILE, records)
                 for rel in old_files:
                     try:
                         (self._root / rel).unlink()
@@ -896,6 +913,7 @@ class Dataset:
         self._set_table(table, stamp)
 
     def _refresh_all(self) -> None:
+        changelog.settle(self._root)  # under the lock: a commit a killed writer left in flight
         self._refresh_config()
         self._current()
 
@@ -933,21 +951,33 @@ class Dataset:
 
     # ------------------------------------------------------------------ internals: writing
     @staticmethod
-    def _write_table_file(root: Path, table: pa.Table) -> None:
+    def _write_table_file(root: Path, table: pa.Table, changes: list[dict[str, Any]] | None = None) -> None:
         """samples.parquet, atomically, with :data:`~curate.store.schema.PARQUET_OPTIONS` (zstd,
         dictionaries only for the low-cardinality columns: at a million rows this writes in about
-        1 s and reads in about 0.3 s; see benchmarks/store.py)."""
+        1 s and reads in about 0.3 s; see benchmarks/store.py). ``changes``: the commit's
+        ``changes.jsonl`` records, logged ahead of the rename (:mod:`curate.store.changelog`)."""
         table = table.replace_schema_metadata(S.SCHEMA.metadata)
-        atomic_write(root, root / SAMPLES_FILE, lambda handle: pq.write_table(table, handle, **S.PARQUET_OPTIONS))
+        ahead = (lambda tmp: changelog.log_ahead(root, tmp, changes)) if changes else None
+        try:
+            atomic_write(root, root / SAMPLES_FILE, lambda handle: pq.write_table(table, handle, **S.PARQUET_OPTIONS),
+                         before_replace=ahead)
+        except BaseException:
+            if changes:
+                changelog.roll_back(root)
+            raise
+        if changes:
+            changelog.done(root)
 
     @staticmethod
     def _write_config_file(root: Path, config: dict[str, Any]) -> None:
         text = yaml.safe_dump(config, sort_keys=False, allow_unicode=True, default_flow_style=None, width=100)
         atomic_write_bytes(root, root / CONFIG_FILE, text.encode("utf-8"))
 
-    def _commit_table(self, table: pa.Table, index: dict[str, int] | None = None) -> None:
+    def _commit_table(self, table: pa.Table, index: dict[str, int] | None = None,
+                      changes: list[dict[str, Any]] | None = None) -> None:
         """The commit point: replace samples.parquet atomically, then refresh the cache
-        (``index``: the new table's sample_id -> row, when the caller kept it up to date).
+        (``index``: the new table's sample_id -> row, when the caller kept it up to date;
+        ``changes``: its ``changes.jsonl`` records, written as part of the commit).
 
         ``extra`` is validated once, when written: every caller builds ``table`` from the cached
         one (the file on disk: writers refresh it under the lock) plus values that
@@ -957,7 +987,7 @@ class Dataset:
         carried forward after the commit; the next open then does not parse a million of them."""
         carry = (_stamp(self._root / SAMPLES_FILE) == self._table_stamp
                  and rowscan.extras_unchanged(self._root, rowscan.samples_identity(self._root)))
-        self._write_table_file(self._root, table)
+        self._write_table_file(self._root, table, changes)
         self._set_table(table, _stamp(self._root / SAMPLES_FILE), index)
         if carry:
             rowscan.remember_extras_valid(self._root, rowscan.samples_identity(self._root))
@@ -984,14 +1014,13 @@ class Dataset:
             index = dict(self._index_cache)
             start = self._table.num_rows
             index.update((r["sample_id"], start + i) for i, r in enumerate(rows))
-        self._commit_table(combined, index)
-        if self._carry_files:  # the presence record held when this add began
-            rowscan.carry_forward(self._root, {r["filepath"].rsplit("/", 1)[0] for r in rows})
         now = iso_time()
-        append_jsonl(self._root / CHANGES_FILE, (
+        self._commit_table(combined, index, [
             {"time": now, "actor": actor, "op": "add", "sample_id": r["sample_id"], "field": None,
              "old": None, "new": r["filepath"], "reason": f"added from {r['source']}"}
-            for r in rows))
+            for r in rows])
+        if self._carry_files:  # the presence record held when this add began
+            rowscan.carry_forward(self._root, {r["filepath"].rsplit("/", 1)[0] for r in rows})
         report.added.extend(r["sample_id"] for r in rows)
         log.info("%s: committed %d new sample(s) (%d in this call, %d in the dataset)",
                  self._root, len(rows), len(report.added), self._table.num_rows)

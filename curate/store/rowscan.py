@@ -568,13 +568,13 @@ def folder_stamps_before_listing(root: Path, folders: list[str], samples: list[i
 def remember_files_present(root: Path, state: dict[str, Any]) -> None:
     """Record ``state`` (from :func:`folder_stamps_before_listing`) after a listing found every
     file; a folder that cannot be written (read-only media) just keeps no record."""
-    from curate.store.atomic import atomic_write_beside
+    from curate.store.atomic import atomic_write_bytes
 
     if state.get("samples") is None:
         return
 
-    try:
-        atomic_write_beside(root / FILE_CHECK_CACHE, json.dumps(state).encode("utf-8"))
+    try:  # the temporary file goes to the folder's .tmp/: a kill leaves nothing beside the folder's files
+        atomic_write_bytes(root, root / FILE_CHECK_CACHE, json.dumps(state).encode("utf-8"), sync_dir=False)
     except OSError:
         pass
 
@@ -631,11 +631,11 @@ def remember_extras_valid(root: Path, identity: dict[str, Any] | None) -> None:
     matches no file, so the next open parses again). A read-only folder keeps no record."""
     if identity is None:
         return
-    from curate.store.atomic import atomic_write_beside
+    from curate.store.atomic import atomic_write_bytes
 
     try:
-        atomic_write_beside(root / EXTRA_CHECK_CACHE, json.dumps({"version": 1, **identity}).encode("utf-8"),
-                            fsync=False)  # the file it names is durable already; a lost record costs one parse
+        atomic_write_bytes(root, root / EXTRA_CHECK_CACHE, json.dumps({"version": 1, **identity}).encode("utf-8"),
+                           fsync=False, sync_dir=False)  # the file it names is durable; a lost record costs one parse
     except OSError:
         pass
 
