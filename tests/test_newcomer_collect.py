@@ -341,14 +341,20 @@ def _two_split_hub_folder(src: Path) -> Path:
     ["hub", "{hub}", "{tmp}/ds", "--label-column", "species"],
     ["folder", "{tmp}/ds", "{bad}"],
     ["coco", "{tmp}/ds", "--annotations", "{annotations}"],
+    ["webdataset", "{annotations}/ds", "--shards", "{shard}"],  # DIR under a file: refused after the shards check
 ])
 def test_a_refused_collect_prints_its_error_and_no_progress_line(tmp_path, args) -> None:
     """A request the collector refuses before any work prints one ``error:`` line where stderr is a
     pipe, not ``importing: 0 done in 00:00 (0/s)`` before it."""
     _image(tmp_path / "bad" / "dragon" / "1.jpg", 1)
     (tmp_path / "instances.json").write_text(json.dumps({"images": [], "annotations": [], "categories": []}))
+    import tarfile
+
+    _image(tmp_path / "member" / "k0.jpg", 2)
+    with tarfile.open(tmp_path / "shard-0.tar", "w") as tar:
+        tar.add(tmp_path / "member" / "k0.jpg", arcname="k0.jpg")
     values = {"tmp": tmp_path, "bad": tmp_path / "bad", "annotations": tmp_path / "instances.json",
-              "hub": _two_split_hub_folder(tmp_path / "hubsrc")}
+              "hub": _two_split_hub_folder(tmp_path / "hubsrc"), "shard": tmp_path / "shard-0.tar"}
     result = CliRunner().invoke(main, ["collect", *(a.format(**values) for a in args)])
     assert result.exit_code != 0, result.output
     lines = [line for line in result.output.splitlines() if line.strip()]

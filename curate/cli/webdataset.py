@@ -7,8 +7,9 @@ from pathlib import Path
 
 import click
 
-from curate.cli import err, out, progress, shown
+from curate.cli import err, out, shown
 from curate.cli.collect import collect
+from curate.cli.collect_sources import collect_bar
 from curate.cli.options import UserPath, creation_vocabulary, expand_home
 
 
@@ -29,11 +30,9 @@ def collect_webdataset_cmd(directory: Path, shards: str, label_space: str, backg
 
     space, vocab = creation_vocabulary(label_space, backgrounds)
     total = len(expand_shards(shards))
-    with progress() as bar:
-        task = bar.add_task("reading shards", total=total)
+    with collect_bar("reading", total) as update:  # opens on the first shard: a refusal is only its error line
         report = collect_webdataset(directory, shards, label_space=space, backgrounds=vocab, name=name,
-                                    batch_size=batch_size,
-                                    progress=lambda label, done, target: bar.update(task, completed=done))
+                                    batch_size=batch_size, progress=update)
     out().print(f"{shown(report.root)}: {report}")
     for where, reason in report.quarantined[:10]:
         err().print(f"[yellow]quarantined[/] {where}: {reason}")
