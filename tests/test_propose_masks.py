@@ -375,3 +375,25 @@ def test_a_run_killed_between_its_part_file_and_the_commit_applies_on_resume(wor
     ds = Dataset.open(ds.root)
     assert record.counts["applied"] == len(unmasked) and record.counts["resumed"] == 4
     assert all(ds.row(sid)["mask_status"] == "model:scripted@1" for sid in unmasked)
+
+
+@pytest.mark.parametrize("run_name", ["x", None])
+def test_a_model_that_fails_to_load_leaves_no_runs_folder(world, tmp_path, run_name):
+    """Issue 45: ``propose-masks DS --model salient:truncated.onnx#isnet --run-name x`` left an empty
+    ``runs/`` in a folder that had none (the run lock made it before the model was loaded)."""
+    ds, _, _ = world
+    shutil.rmtree(ds.root / "runs", ignore_errors=True)
+    truncated = tmp_path / "truncated.onnx"
+    truncated.write_bytes(b"\x08\x07\x12\x04onnx" + bytes(40))  # the start of an ONNX file, cut short
+    with pytest.raises(Exception) as info:
+        propose_masks(ds, f"salient:{truncated}#isnet", run_name=run_name)
+    assert not isinstance(info.value, (AssertionError, RunLockedError))
+    assert not (ds.root / "runs").exists()
+    # the lock still works in a folder that has runs/ (it is kept then) and without one
+    with run_lock(ds.root, "x"):
+        assert lock_path(ds.root, "x").exists()
+    assert not (ds.root / "runs").exists()
+    (ds.root / "runs").mkdir()
+    with run_lock(ds.root, "x"):
+        pass
+    assert (ds.root / "runs").is_dir()

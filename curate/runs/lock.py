@@ -24,8 +24,9 @@ refuses an existing folder as before; :func:`curate.runs.base.list_runs` never l
 kernel drops the lock when the holder exits, however it exits (Ctrl-C, an error, SIGKILL), so a
 dead writer never leaves a stale lock. While held, the file holds the holder as JSON (``pid``,
 ``host``, ``since``, ``purpose``, ``command``); it is removed on release (a writer that opened
-it meanwhile sees that its file was unlinked and tries again on the new one). The lock is not
-re-entrant. Where there is no ``fcntl`` (Windows) runs are not locked.
+it meanwhile sees that its file was unlinked and tries again on the new one). A ``runs/`` the lock
+made is removed on release when it is empty (a stage refused or failed before making its run: a
+model that fails to load leaves the folder as it was). The lock is not re-entrant. Where there is no ``fcntl`` (Windows) runs are not locked.
 """
 from __future__ import annotations
 
@@ -87,7 +88,11 @@ def _describe(holder: dict[str, Any]) -> str:
 def _try_lock(path: Path) -> int | None:
     """An open descriptor of ``path`` holding its exclusive lock, or None when another holds it."""
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except FileNotFoundError:  # a writer that had made runs/ removed it empty meanwhile: make it again
+            path.parent.mkdir(parents=True, exist_ok=True)
+            continue
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -124,6 +129,7 @@ def run_lock(dataset_root: str | Path, name: str, *, purpose: str = "", timeout:
     if fcntl is None:  # pragma: no cover - Windows
         yield path
         return
+    made_runs = not path.parent.is_dir()  # then removed on release if no run was made in it (issue 45)
     path.parent.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + max(0.0, timeout)
     fd = _try_lock(path)
@@ -147,4 +153,9 @@ def run_lock(dataset_root: str | Path, name: str, *, purpose: str = "", timeout:
             path.unlink()  # while still holding it: a writer that opened it meanwhile retries (_try_lock)
         except OSError:
             pass
+        if made_runs:
+            try:
+                path.parent.rmdir()  # only when empty: a model that failed to load leaves no runs/
+            except OSError:
+                pass
         os.close(fd)  # releases the flock
