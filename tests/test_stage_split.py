@@ -144,8 +144,8 @@ def test_rerun_updates_groups_and_pins_survive(world) -> None:
 def test_split_errors(world, tmp_path) -> None:
     with pytest.raises(ValueError, match="--reference"):
         split(world.root, None, SETTINGS)
-    with pytest.raises(FileNotFoundError, match="not a finished evaluation run"):
-        split(world.root, None, with_runs("nope"))
+    with pytest.raises(FileNotFoundError, match="--predictions nope: no evaluation run named 'nope'"):
+        split(world.root, None, with_runs("nope"))  # missing, not "unfinished" (issue 46)
     (world.root / "runs" / "half").mkdir(parents=True)
     with pytest.raises(RunError, match="--predictions half: not a finished evaluation run"):
         split(world.root, None, with_runs("half"))

@@ -209,10 +209,11 @@ class EvaluationRun(RunRecord):
         predictions (``--predictions``): FileNotFoundError when there is no such folder, RunError
         naming the option when it is not a finished evaluation run."""
         from curate.runs.base import RUNS_DIR
+        from curate.runs.lookup import no_such_run
 
         path = Path(dataset_root) / RUNS_DIR / name
         if not path.is_dir():
-            raise FileNotFoundError(f"{path} is not a finished evaluation run (no such run folder)")
+            raise FileNotFoundError(f"--predictions {name}: {no_such_run(dataset_root, name, cls.KIND)}")
         try:
             return cls.load(path)
         except RunError as error:
