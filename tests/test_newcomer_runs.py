@@ -231,6 +231,15 @@ def test_a_run_that_does_not_exist_is_said_so_with_the_runs_of_that_kind(tmp_pat
         intervene(ds.root, tmp_path / "iv", InterveneSettings(split="split-ref"))
     with pytest.raises(RunError, match=r"no propose-masks run named 'nosuch' .*no propose-masks runs yet"):
         measure_masks(ds.root, "nosuch")
+    from curate.runs import InterventionRun
+    from curate.runs.discovery import DiscoveryRun
+    from curate.stages.audit import latest_audit
+
+    for load, noun in ((lambda: DiscoveryRun.of_folder(ds.root, "nosuch"), "discovery"),
+                       (lambda: InterventionRun.of_folder(ds.root, "nosuch"), "intervention"),
+                       (lambda: latest_audit(ds.root, "nosuch"), "audit")):
+        with pytest.raises(RunError, match=f"no {noun} run named 'nosuch' .*there are no {noun} runs yet"):
+            load()
     (ds.root / "runs" / "split-half").mkdir()  # a run folder without config.json: interrupted
     with pytest.raises(RunError, match="split-half .* is not finished"):
         intervene(ds.root, tmp_path / "iv2", InterveneSettings(split="split-half"))

@@ -161,10 +161,11 @@ class DiscoveryRun(RunRecord):
         """The discovery run ``name`` of the folder ``root``, else its latest one that grouped
         photos: a run whose every photo was left out (no trusted mask, no prediction) did nothing
         and does not hide the last real one (docs/design.md#run-folders); the latest run when none did."""
-        from curate.runs.base import RUNS_DIR, list_runs, read_config
+        from curate.runs.base import list_runs, read_config
+        from curate.runs.lookup import named_run
 
         if name is not None:
-            return cls.load(Path(root) / RUNS_DIR / name)
+            return named_run(root, name, cls)  # a missing run is said so, with the runs there
         found = list_runs(Path(root), cls.KIND)
         if not found:
             discover = suggest("curate discover {dir} --model ...", dir=root)

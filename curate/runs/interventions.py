@@ -88,10 +88,11 @@ class InterventionRun(RunRecord):
     @classmethod
     def of_folder(cls, root: Path | str, name: str | None = None) -> InterventionRun:
         """The intervention record of the folder ``root``: the run ``name``, else the latest one."""
-        from curate.runs.base import RUNS_DIR, list_runs
+        from curate.runs.base import list_runs
+        from curate.runs.lookup import named_run
 
         if name is not None:
-            return cls.load(Path(root) / RUNS_DIR / name)
+            return named_run(root, name, cls)  # a missing run is said so, with the runs there
         found = list_runs(Path(root), cls.KIND)
         if not found:
             raise RunError(f"{root} has no finished intervention record (runs/*/ of kind 'intervene'): make the "

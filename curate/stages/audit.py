@@ -268,11 +268,12 @@ def audit(
 
 def latest_audit(dataset: Any, run_name: str | None = None) -> AuditRun:
     """The audit run ``run_name``, or the newest one (clear error when there is none)."""
-    from curate.runs import RUNS_DIR, list_runs
+    from curate.runs import list_runs
+    from curate.runs.lookup import named_run
 
     ds = open_dataset(dataset)
     if run_name:
-        return AuditRun.load(ds.root / RUNS_DIR / run_name)
+        return named_run(ds.root, run_name, AuditRun)  # a missing run is said so, with the audit runs there
     runs = list_runs(ds.root, kind="audit")
     if not runs:
         raise ValueError(f"{ds.root} has no audit run; run `{suggest('curate audit {dir} --model ...', dir=ds.root)}` "
