@@ -63,3 +63,20 @@ def test_the_readme_and_the_index_link_every_guide():
     index = {Path(t.partition("#")[0]).name for t in links(REPO / "docs" / "README.md") if not t.startswith("../")}
     assert guides <= readme, guides - readme
     assert guides - {"README.md"} <= index, guides - {"README.md"} - index
+
+
+def test_the_readme_is_short_and_its_demo_excerpt_is_from_the_full_output():
+    """The README stays within 250 lines, and its excerpt of `make demo`'s output (the first
+    unlabelled block) is at most 15 lines, each a line of the whole output in docs/results.md, so
+    refreshing one without the other fails here (issue 43)."""
+    readme = (REPO / "README.md").read_text()
+    assert len(readme.splitlines()) <= 250
+    blocks = re.finditer(r"^```([^\n]*)\n(.*?)^```", readme, re.M | re.S)  # fences in pairs, in order
+    excerpt = next((m.group(2) for m in blocks if not m.group(1).strip()), None)
+    assert excerpt, "the README shows no excerpt of make demo's output"
+    lines = excerpt.splitlines()
+    results = (REPO / "docs" / "results.md").read_text()
+    full = re.search(r"^## What `make demo` prints\n.*?^```\n(.*?)^```", results, re.M | re.S)
+    assert full, "docs/results.md has no block of make demo's output"
+    assert 5 <= len(lines) <= 15, len(lines)
+    assert not [line for line in lines if line not in full.group(1).splitlines()]
