@@ -234,3 +234,17 @@ def test_cli_fill_with_model(labelled: Path, place_server: FakeINat, tmp_path: P
     assert [p["score"] for p in ranked] == sorted((p["score"] for p in ranked), reverse=True)
     bad = CliRunner().invoke(main, ["collect", "inat", str(root), "--classes", "9", "--model", "curate-tiny-clip"])
     assert bad.exit_code == 2 and "--model scores --fill candidates" in bad.output
+
+
+def test_cli_fill_refused_on_folder_photos_prints_no_progress_line(labelled: Path, place_server: FakeINat,
+                                                                    tmp_path: Path) -> None:
+    """Hard photos without a place and date (a folder import): the refusal is one error line, with no
+    ``filling hard: 0/N stopped after`` line before it where stderr is a pipe (issue 45)."""
+    root = _copy(labelled, tmp_path)
+    ds = Dataset.open(root)
+    ds.update(ds.ids(group="hard"), {"extra": "{}"}, actor="test", reason="a folder import has no provenance")
+    result = CliRunner().invoke(main, ["collect", "inat", str(root), "--fill", "split-planted", "--class",
+                                       str(OSTRICH), "--n", "5", "--api-url", place_server.api_url])
+    assert result.exit_code == 1 and "has a place and a date" in result.output, result.output
+    assert [line for line in result.output.splitlines() if line.strip()][0].startswith("error:"), result.output
+    assert "filling" not in result.output
