@@ -24,6 +24,22 @@ def _row(name: str, easy: float, hard: float, family: str = "clip") -> RunRow:
                   easy_ci=(NAN, NAN), hard_ci=(NAN, NAN), drop_ci=(NAN, NAN), n_easy=10, n_hard=10)
 
 
+def write_evaluation(root, name: str, model_id: str, metrics: dict) -> None:
+    """An evaluation run with ``metrics`` and no predictions (as a `curate evaluate` would write them)."""
+    import pyarrow as pa
+
+    from curate.runs import EvaluationRun
+
+    empty = pa.table({"sample_id": pa.array([], pa.string()), "class_index": pa.array([], pa.int32()),
+                      "group": pa.array([], pa.string()), "background": pa.array([], pa.string()),
+                      "topk_labels": pa.array([], pa.list_(pa.int32())),
+                      "topk_scores": pa.array([], pa.list_(pa.float32())),
+                      "correct1": pa.array([], pa.bool_()), "correct5": pa.array([], pa.bool_())})
+    EvaluationRun(model={"name": model_id, "pretrained": None, "model_id": model_id, "family": "clip"},
+                  label_space={"name": "imagenet1k"}, prompts={"name": "simple", "templates": ["A photo of {}."]},
+                  settings={}, dataset={}, metrics=metrics, predictions_table=empty).write(root / "runs" / name)
+
+
 def test_linear_and_logit_fits_disagree_in_sign_on_two_table2_models() -> None:
     """The scale is a real choice: on the paper's own models a linear fit flips two signs."""
     easy = np.array([e for e, _ in TABLE2.values()]) / 100
@@ -92,7 +108,6 @@ def test_split_reference_is_flagged_in_sample_with_its_cross_fitted_drop(tmp_pat
 
     from curate.collect.synthetic import DEFAULT_CLASSES, WorldSpec, collect_synthetic
     from curate.compare import load_rows
-    from curate.runs import EvaluationRun
     from curate.stages.split import split
 
     world = collect_synthetic(tmp_path / "w", WorldSpec(classes=DEFAULT_CLASSES[:3], per_class=40, image_size=16,
@@ -106,20 +121,12 @@ def test_split_reference_is_flagged_in_sample_with_its_cross_fitted_drop(tmp_pat
 
     def grouped(name: str, model_id: str, easy: float, hard: float) -> None:
         """An evaluation run with easy/hard accuracies (as a later `curate evaluate` would write)."""
-        import pyarrow as pa
 
         group = {"acc1_balanced_ci95": [0.0, 1.0], "n": 10, "n_classes": 3, "acc1_unbalanced": 0.5, "acc5_balanced": 1.0}
         metrics = {"groups": {"easy": {**group, "acc1_balanced": easy}, "hard": {**group, "acc1_balanced": hard}},
                    "drop": {"acc1": easy - hard, "acc1_ci95": [0.0, 1.0]}, "model_id": model_id,
                    "label_space": "imagenet1k", "prompts": "simple"}
-        empty = pa.table({"sample_id": pa.array([], pa.string()), "class_index": pa.array([], pa.int32()),
-                          "group": pa.array([], pa.string()), "background": pa.array([], pa.string()),
-                          "topk_labels": pa.array([], pa.list_(pa.int32())),
-                          "topk_scores": pa.array([], pa.list_(pa.float32())),
-                          "correct1": pa.array([], pa.bool_()), "correct5": pa.array([], pa.bool_())})
-        EvaluationRun(model={"name": model_id, "pretrained": None, "model_id": model_id, "family": "clip"},
-                      label_space={"name": "imagenet1k"}, prompts={"name": "simple", "templates": ["A photo of {}."]},
-                      settings={}, dataset={}, metrics=metrics, predictions_table=empty).write(world.root / "runs" / name)
+        write_evaluation(world.root, name, model_id, metrics)
 
     grouped("eval-ref", "fake:1", 0.9, 0.3)
     grouped("eval-other", "other:2", 0.8, 0.6)
@@ -142,11 +149,9 @@ def test_readers_and_records_load_no_deep_learning_stack() -> None:
 def test_a_run_written_before_the_interval_rule_loses_its_zero_width_intervals(tmp_path) -> None:
     """Issue 45: a run whose bootstrap rested on one-photo cells stored `[19.23, 19.23]`; compare applies the
     rule from the run's per-class counts (curate.metrics.bootstrap.interval_allowed), and keeps the rest."""
-    import pyarrow as pa
     from eval_helpers import make_folder
 
     from curate.compare import load_rows
-    from curate.runs import EvaluationRun
 
     ds = make_folder(tmp_path / "ds", per_class=2)
 
@@ -155,14 +160,7 @@ def test_a_run_written_before_the_interval_rule_loses_its_zero_width_intervals(t
                  "acc5_balanced": 1.0, "acc1_balanced": 0.8701}
         metrics = {"groups": {"easy": group, "hard": group}, "drop": {"acc1": 0.1923, "acc1_ci95": [0.1923, 0.1923]},
                    "per_class": [{"class_index": c, "n_easy": n, "n_hard": n} for c in range(3)]}
-        empty = pa.table({"sample_id": pa.array([], pa.string()), "class_index": pa.array([], pa.int32()),
-                          "group": pa.array([], pa.string()), "background": pa.array([], pa.string()),
-                          "topk_labels": pa.array([], pa.list_(pa.int32())),
-                          "topk_scores": pa.array([], pa.list_(pa.float32())),
-                          "correct1": pa.array([], pa.bool_()), "correct5": pa.array([], pa.bool_())})
-        EvaluationRun(model={"name": name, "pretrained": None, "model_id": name, "family": "clip"},
-                      label_space={"name": "imagenet1k"}, prompts={"name": "simple", "templates": ["A photo of {}."]},
-                      settings={}, dataset={}, metrics=metrics, predictions_table=empty).write(ds.root / "runs" / name)
+        write_evaluation(ds.root, name, name, metrics)
 
     write("one", 1)
     write("two", 2)

@@ -308,8 +308,8 @@ def make_plan(split: SplitRun, statuses: Sequence[str | None], *, half_width: fl
     rows = [c for c in split.kept if c.n_easy > 0 and c.n_hard > 0 and (wanted is None or c.class_index in wanted)]
     if not rows:
         raise ValueError(f"split run {split.name} has no kept class with photos in both easy and hard groups"
-                         + (" among the classes asked for" if classes is not None else "")
-                         + "; nothing to plan (run `curate split` with a reference model first)")
+                         + (" among the classes asked for; nothing to plan for them" if classes is not None else
+                            "; nothing to plan (run `curate split` with a reference model first)"))
     cost, accepted, rejected = review_cost(statuses)
     variances = [v for r in rows for v in (group_variance(r.easy_acc, r.n_easy), group_variance(r.hard_acc, r.n_hard))]
     counts = [n for r in rows for n in (r.n_easy, r.n_hard)]
