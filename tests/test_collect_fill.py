@@ -159,7 +159,7 @@ def test_cli_fill(labelled: Path, place_server: FakeINat, tmp_path: Path) -> Non
     assert sum("proposed:hard" in r["tags"] for r in Dataset.open(root).rows()) == 8
     bad = runner.invoke(main, ["collect", "inat", str(root), "--fill", "split-planted", "--class", "10", "--n", "3",
                                "--api-url", place_server.api_url])
-    assert bad.exit_code == 1 and "among the classes asked for" in bad.output
+    assert bad.exit_code == 1 and "class 10 is not among split run split-planted's classes" in bad.output
     assert len(bad.output.strip().splitlines()) == 1
 
 
