@@ -224,6 +224,48 @@ def make_place_world(n_per_taxon: int = 3000, seed: int = 0, taxa: tuple[int, ..
     return World(taxa=base.taxa, observations=observations, photos=photos)
 
 
+#: The two-region world's snowy places: (swlat, swlng, nelat, nelng) and their cold months.
+TWO_REGIONS = {"north": ((50.0, 0.0, 70.0, 40.0), (12, 1, 2)), "south": ((-55.0, -75.0, -40.0, -55.0), (6, 7, 8))}
+
+
+def two_region_background(lat: float, lng: float, month: int) -> str:
+    """Snow in either region of :data:`TWO_REGIONS` in its own cold months, water on the coast band, else grass."""
+    for (swlat, swlng, nelat, nelng), months in TWO_REGIONS.values():
+        if swlat <= lat <= nelat and swlng <= lng <= nelng and month in months:
+            return "snow"
+    if PLACE_COAST[0] <= lng <= PLACE_COAST[1]:
+        return "water"
+    return "grass"
+
+
+def make_two_region_world(n_per_taxon: int = 3000, seed: int = 0) -> World:
+    """Ostriches whose snow (the hard group) lies in two regions at opposite ends of the globe, each
+    with its own season (:data:`TWO_REGIONS`): a third of the observations in each region, a third
+    anywhere (latitudes -60..70, longitudes -180..180), months uniform. Between the regions there is
+    no snow at all, so a fill that lands there lands outside the group. Every tenth observation shows
+    a CC-BY-ND photo before its CC-BY one (a licence the fill skips)."""
+    rng = random.Random(seed)
+    base = make_world(n_per_taxon=1, seed=seed)
+    taxon = next(t for t in base.taxa if t.id == 20001)
+    photos: dict[int, FakePhoto] = {}
+    observations: list[FakeObservation] = []
+    boxes = [box for box, _ in TWO_REGIONS.values()] + [(-60.0, -180.0, 70.0, 180.0)]
+    for k in range(n_per_taxon):
+        swlat, swlng, nelat, nelng = boxes[k % 3]
+        lat, lng = round(rng.uniform(swlat, nelat), 3), round(rng.uniform(swlng, nelng), 3)
+        month = rng.randint(1, 12)
+        background = two_region_background(lat, lng, month)
+        shown = [FakePhoto(700000 + 2 * k, "cc-by", content_seed=700000 + 2 * k, user=f"user{k % 40}",
+                           background=background)]
+        if k % 10 == 0:  # a first photo whose licence (no derivatives) a fill does not accept
+            shown.insert(0, FakePhoto(700001 + 2 * k, "cc-by-nd", content_seed=700001 + 2 * k, user=f"user{k % 40}",
+                                      background=background))
+        photos.update((p.id, p) for p in shown)
+        observations.append(FakeObservation(300000 + k, taxon, shown, "research", user=f"user{k % 40}", lat=lat,
+                                            lng=lng, month=month, background=background))
+    return World(taxa=base.taxa, observations=observations, photos=photos)
+
+
 #: The colour a planted background tints its photos with (photo_jpeg), so a CLIP can tell them apart.
 BACKGROUND_COLOURS = {"snow": (235, 240, 250), "grass": (60, 150, 50), "water": (40, 90, 190)}
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from fake_inat import FakeINat, make_place_world
+from fake_inat import TWO_REGIONS, FakeINat, make_place_world, make_two_region_world
 from fill_helpers import (
     FAST,
     OSTRICH,
@@ -23,7 +23,7 @@ from fill_helpers import (
 )
 
 from curate.cli import main
-from curate.collect.fill import FillError, fill_group, learn_steering
+from curate.collect.fill import FillError, fill_group, fill_table, learn_steering
 from curate.collect.fill_score import background_score
 from curate.collect.http import HttpError
 from curate.collect.inat import make_client
@@ -248,3 +248,59 @@ def test_cli_fill_refused_on_folder_photos_prints_no_progress_line(labelled: Pat
     assert result.exit_code == 1 and "has a place and a date" in result.output, result.output
     assert [line for line in result.output.splitlines() if line.strip()][0].startswith("error:"), result.output
     assert "filling" not in result.output
+
+
+@pytest.fixture(scope="module")
+def two_regions(tmp_path_factory):
+    """The two-region world's server, and its 150 newest ostrich photos labelled from its truth: the
+    hard group (snow) lies in two regions, at opposite ends of the globe, each in its own season."""
+    with FakeINat(make_two_region_world(n_per_taxon=3000, seed=3)) as server:
+        yield server, labelled_world(server, tmp_path_factory.mktemp("two") / "ds")
+
+
+def _region(lat: float, lng: float) -> str | None:
+    return next((name for name, ((swlat, swlng, nelat, nelng), _) in TWO_REGIONS.items()
+                 if swlat <= lat <= nelat and swlng <= lng <= nelng), None)
+
+
+def test_steering_learns_a_place_per_region_each_with_its_own_months(two_regions) -> None:
+    """Issue 45: one box around a group that spans two regions is nearly the whole globe."""
+    rows = Dataset.open(two_regions[1]).rows()
+    steering = learn_steering(rows, OSTRICH, "hard")
+    assert len(steering.places) == 2
+    hard = [json.loads(r["extra"])["location"] for r in rows if r["group"] == "hard"]
+    for place in steering.places:
+        swlat, swlng, nelat, nelng = place.box
+        inside = [_region(lat, lng) for lat, lng in hard if swlat <= lat <= nelat and swlng <= lng <= nelng]
+        assert len(set(inside)) == 1 and len(inside) == place.photos  # one region, all its group photos
+        region_box, cold = TWO_REGIONS[inside[0]]
+        assert region_box[0] - 3 <= swlat and nelat <= region_box[2] + 3  # the region (+ the 2-degree pad)
+        assert set(place.months) <= set(cold) and place.months
+    assert sum(p.photos for p in steering.places) == len(hard)
+
+
+def test_steered_fill_lands_in_both_regions_not_in_between(two_regions, tmp_path: Path) -> None:
+    """Without re-ranking (over-fetch 1: the steered listing alone decides), the 20 photos added all
+    lie in one of the two regions and both regions get their share; the table shows each place and
+    the listed photos skipped for their licence (issue 45, "Words")."""
+    two_region_server, labelled_root = two_regions
+    root = _copy(labelled_root, tmp_path)
+    with client_for(two_region_server) as client:
+        report = fill_group(root, {OSTRICH: 20}, over_fetch=1, api_url=two_region_server.api_url, client=client)
+    where = {p.id: (o.lat, o.lng) for o in two_region_server.world.observations for p in o.photos}
+    added = [_region(*where[int(r["source_id"])]) for r in Dataset.open(root).rows() if "proposed:hard" in r["tags"]]
+    assert len(added) == 20 and None not in added, added
+    assert min(added.count("north"), added.count("south")) >= 5, added
+    entry = report.classes[0]
+    listed_nd = sum(any(p.license == "cc-by-nd" for p in o.photos) for o in two_region_server.world.observations
+                    if any(str(p.id) in {sid for sid, _ in entry.ranked} for p in o.photos))
+    assert entry.skipped_license >= listed_nd > 0
+    columns, rows = fill_table(report)
+    row = dict(zip(columns, rows[0]))
+    assert row["skipped (licence)"] == str(entry.skipped_license) and row["listed"] == "20"
+    assert "months 1,2,12" in row["places"] and "months 6,7,8" in row["places"]
+    result = CliRunner(env={"COLUMNS": "250"}).invoke(main, [
+        "collect", "inat", str(root), "--fill", "split-planted", "--class", str(OSTRICH), "--n", "3", "--over-fetch", "1",
+        "--api-url", two_region_server.api_url, "--api-rate", "none", "--download-rate", "none", "--byte-rate", "none"])
+    assert result.exit_code == 0, result.output
+    assert "skipped (licence)" in result.output and "months 6,7,8" in result.output

@@ -276,7 +276,7 @@ def collect_inat_cmd(directory: Path, classes: str | None, recipe: str | None, p
 def _fill(directory: Path, split: str, classes: tuple[int, ...], group: str, n: int | None, half_width: float,
           over_fetch: float, steer: bool, **kwargs: Any) -> None:
     """``collect inat --fill``: :func:`curate.collect.fill.fill_group` over what the plan says is missing."""
-    from curate.collect.fill import fill_group, wanted_from_split
+    from curate.collect.fill import fill_group, fill_table, wanted_from_split
     from curate.shell import suggest
 
     wanted = wanted_from_split(directory, split, group=group, classes=classes, n=n, half_width=half_width)
@@ -291,11 +291,11 @@ def _fill(directory: Path, split: str, classes: tuple[int, ...], group: str, n: 
               "none": "newest first"}[report.scored_by]
     table = Table(title=f"proposed for {group} (split {split}; {'steered' if steer else 'unsteered'}; {ranked})",
                   title_justify="left", show_edge=False)
-    for column in ("class", "wanted", "listed", "added", "query"):
-        table.add_column(column, justify="left" if column in ("class", "query") else "right")
-    for entry in report.classes:
-        table.add_row(entry.label, str(entry.wanted), str(entry.listed), str(entry.added),
-                      " ".join(f"{k}={v}" for k, v in entry.query.items()) or "(unsteered)")
+    columns, rows = fill_table(report)
+    for column in columns:
+        table.add_column(column, justify="left" if column in ("class", "places") else "right")
+    for row in rows:
+        table.add_row(*row)
     out().print(table)
     review = suggest("curate review fiftyone {dir} --launch", dir=directory)
     where = ('; the view "proposed for hard" (FiftyOne; Label Studio: --view "proposed for hard") lists them'

@@ -5,13 +5,18 @@ For each class that needs photos (``curate plan``'s count for the group, or ``n`
 
 1. **learn where the group's background occurs from the folder itself**: the group's photos'
    provenance as the iNaturalist collector recorded it (``extra.location`` = latitude, longitude;
-   ``extra.observed_on`` -> month). The query is steered by the months in which the group is
-   over-represented among the class's photos (its share of the group's photos is at least its share
-   of all the class's photos) and by the box of the group's places (its 2nd to 98th percentile of
-   latitude and longitude, widened by ``pad`` degrees): iNaturalist's ``month`` and
-   ``swlat/swlng/nelat/nelng`` filters;
-2. **over-fetch** ``over_fetch * n`` candidate observations of the class's taxa from that query
-   (listing only: no photo is downloaded yet), leaving out photos already in the folder;
+   ``extra.observed_on`` -> month). The group's coordinates are clustered into **places**
+   (:func:`cluster_places`: k-means for k = 2..4 in degrees, the k of highest mean silhouette kept
+   when it is at least 0.7, else one place), so a group in two regions is not steered to the whole
+   globe between them (issue 45). Each place is queried on its own: the box of its photos (their 2nd
+   to 98th percentile of latitude and longitude, widened by ``pad`` degrees) and the months in which
+   its photos are over-represented among the class's photos in that box (a month's share of the
+   place's group photos is at least its share of all the class's photos there): iNaturalist's
+   ``swlat/swlng/nelat/nelng`` and ``month`` filters;
+2. **over-fetch** ``over_fetch * n`` candidate observations of the class's taxa from those queries
+   (listing only: no photo is downloaded yet; each place lists its share, in proportion to the
+   group's photos in it, and places with more fill what others lack), leaving out photos already in
+   the folder before this fill and counting the photos skipped for their licence (the table says);
 3. **score** each candidate against the group by its provenance: the log ratio of two kernel
    densities over (latitude, longitude, month), one of the group's photos and one of the class's
    other photos (Gaussian in degrees, ``bandwidth``; circular in months);
@@ -34,18 +39,19 @@ message says so.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import math
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from curate.collect.engine import Candidate, CollectReport, Engine, ProgressFn
+from curate.collect.engine import Candidate, CollectReport, Engine, ProgressFn, Skip
 from curate.collect.fill_score import FORMULA, EmbeddingScorer, background_score
 from curate.collect.http import PoliteClient
 from curate.collect.inat import (
@@ -82,6 +88,36 @@ class Place:
     month: int
 
 
+#: Places: at most this many clusters of the group's coordinates.
+MAX_PLACES = 4
+#: ... and more than one only when their mean silhouette is at least this (Kaufman & Rousseeuw's
+#: "strong structure"): evenly spread coordinates stay one place.
+MIN_SILHOUETTE = 0.7
+
+
+@dataclass(frozen=True)
+class PlaceBox:
+    """One place of a group: a cluster of its photos' coordinates, with its own box and months."""
+
+    box: tuple[float, float, float, float]  # swlat, swlng, nelat, nelng
+    months: tuple[int, ...]
+    photos: int  # the group's photos in the cluster
+
+    def params(self) -> dict[str, str]:
+        """The iNaturalist ``/observations`` filters of this place."""
+        swlat, swlng, nelat, nelng = self.box
+        out = {"swlat": f"{swlat:.3f}", "swlng": f"{swlng:.3f}", "nelat": f"{nelat:.3f}", "nelng": f"{nelng:.3f}"}
+        if self.months and len(self.months) < 12:
+            out["month"] = ",".join(str(m) for m in self.months)
+        return out
+
+    def describe(self) -> str:
+        """``lat 47..70 lng -105..54 months 1,2,12 (9 photos)``."""
+        swlat, swlng, nelat, nelng = self.box
+        months = ",".join(map(str, self.months)) if self.months and len(self.months) < 12 else "all"
+        return f"lat {swlat:.0f}..{nelat:.0f} lng {swlng:.0f}..{nelng:.0f} months {months} ({self.photos} photos)"
+
+
 @dataclass
 class Steering:
     """How the query of one class is steered, learned from the folder (module docstring)."""
@@ -90,17 +126,28 @@ class Steering:
     group: str
     group_places: list[Place]
     other_places: list[Place]
-    months: list[int]
-    box: tuple[float, float, float, float]  # swlat, swlng, nelat, nelng
+    places: list[PlaceBox]
     bandwidth: float = 8.0
 
-    def params(self) -> dict[str, str]:
-        """The iNaturalist ``/observations`` filters."""
-        swlat, swlng, nelat, nelng = self.box
-        out = {"swlat": f"{swlat:.3f}", "swlng": f"{swlng:.3f}", "nelat": f"{nelat:.3f}", "nelng": f"{nelng:.3f}"}
-        if self.months and len(self.months) < 12:
-            out["month"] = ",".join(str(m) for m in self.months)
-        return out
+    @property
+    def months(self) -> list[int]:
+        """Every place's months (sorted)."""
+        return sorted({m for p in self.places for m in p.months})
+
+    @property
+    def box(self) -> tuple[float, float, float, float]:
+        """The box around every place."""
+        boxes = np.array([p.box for p in self.places])
+        return (float(boxes[:, 0].min()), float(boxes[:, 1].min()), float(boxes[:, 2].max()), float(boxes[:, 3].max()))
+
+    def queries(self) -> list[dict[str, str]]:
+        """The iNaturalist filters of each place (one query each)."""
+        return [p.params() for p in self.places]
+
+    def params(self) -> dict[str, str] | list[dict[str, str]]:
+        """The filters: one place's, or the list of every place's (the fill job's identity)."""
+        queries = self.queries()
+        return queries[0] if len(queries) == 1 else queries
 
     def score(self, place: Place | None) -> float:
         """log density of the group's places minus that of the class's other places at ``place``."""
@@ -160,16 +207,79 @@ def learn_steering(rows: Sequence[Mapping[str, Any]], class_index: int, group: s
                         "(folder or COCO photos have none), so the query cannot be steered; collect some of its "
                         "photos from iNaturalist, or fill without steering (--no-steer)")
     other_places = places([r for r in mine if r.get("group") != group])
-    share_g = Counter(p.month for p in group_places)
-    share_all = Counter(p.month for p in group_places + other_places)
-    n_g, n_all = len(group_places), len(group_places) + len(other_places)
-    months = sorted(m for m in share_g if share_g[m] / n_g >= share_all[m] / n_all) or sorted(share_g)
-    lat = np.array([p.lat for p in group_places])
-    lng = np.array([p.lng for p in group_places])
-    lo_lat, hi_lat = np.percentile(lat, [2, 98])
-    lo_lng, hi_lng = np.percentile(lng, [2, 98])
-    box = (max(-90.0, lo_lat - pad), max(-180.0, lo_lng - pad), min(90.0, hi_lat + pad), min(180.0, hi_lng + pad))
-    return Steering(class_index, group, group_places, other_places, months, box, bandwidth)
+    coords = np.array([(p.lat, p.lng) for p in group_places])
+    labels = cluster_places(coords)
+    boxes = []
+    for k in range(int(labels.max()) + 1):
+        members = [p for p, label in zip(group_places, labels) if label == k]
+        lat = np.array([p.lat for p in members])
+        lng = np.array([p.lng for p in members])
+        lo_lat, hi_lat = np.percentile(lat, [2, 98])
+        lo_lng, hi_lng = np.percentile(lng, [2, 98])
+        box = (max(-90.0, lo_lat - pad), max(-180.0, lo_lng - pad), min(90.0, hi_lat + pad), min(180.0, hi_lng + pad))
+        inside = [p for p in other_places if box[0] <= p.lat <= box[2] and box[1] <= p.lng <= box[3]]
+        boxes.append(PlaceBox(tuple(float(v) for v in box), tuple(_over_represented(members, inside)), len(members)))
+    boxes.sort(key=lambda b: (-b.photos, b.box))
+    return Steering(class_index, group, group_places, other_places, boxes, bandwidth)
+
+
+def _over_represented(group: Sequence[Place], other: Sequence[Place]) -> list[int]:
+    """The months whose share of ``group`` is at least their share of ``group`` + ``other`` (all the
+    group's months when none is)."""
+    share_g = Counter(p.month for p in group)
+    share_all = Counter(p.month for p in [*group, *other])
+    n_g, n_all = len(group), len(group) + len(other)
+    return sorted(m for m in share_g if share_g[m] / n_g >= share_all[m] / n_all) or sorted(share_g)
+
+
+def cluster_places(coords: np.ndarray, max_places: int = MAX_PLACES, min_silhouette: float = MIN_SILHOUETTE,
+                   sample: int = 2000) -> np.ndarray:
+    """Cluster labels (0..k-1) of (latitude, longitude) rows, in degrees: k-means for k = 2 ..
+    ``max_places`` (deterministic farthest-first start, Lloyd's iterations); the k with the highest mean
+    silhouette is kept when that mean is at least ``min_silhouette``, else every row is one place (k = 1).
+    The silhouette is computed on at most ``sample`` rows (every n/sample-th). Longitudes do not wrap
+    at +-180."""
+    n = len(coords)
+    best, best_score = np.zeros(n, dtype=int), -1.0
+    for k in range(2, min(max_places, n - 1) + 1):
+        labels = _kmeans(coords, k)
+        if len(set(labels.tolist())) < k:
+            continue
+        score = _silhouette(coords[:: max(1, n // sample)], labels[:: max(1, n // sample)])
+        if score > best_score:
+            best, best_score = labels, score
+    return best if best_score >= min_silhouette else np.zeros(n, dtype=int)
+
+
+def _kmeans(x: np.ndarray, k: int, iterations: int = 100) -> np.ndarray:
+    centre = x.mean(axis=0)
+    chosen = [int(np.argmax(((x - centre) ** 2).sum(1)))]
+    while len(chosen) < k:
+        d = np.min(((x[:, None, :] - x[chosen][None, :, :]) ** 2).sum(-1), axis=1)
+        chosen.append(int(np.argmax(d)))
+    centres = x[chosen].astype(float)
+    labels = np.zeros(len(x), dtype=int)
+    for _ in range(iterations):
+        new = np.argmin(((x[:, None, :] - centres[None, :, :]) ** 2).sum(-1), axis=1)
+        if np.array_equal(new, labels) and _ > 0:
+            break
+        labels = new
+        centres = np.array([x[labels == j].mean(axis=0) if np.any(labels == j) else centres[j] for j in range(k)])
+    return labels
+
+
+def _silhouette(x: np.ndarray, labels: np.ndarray) -> float:
+    """Mean silhouette (b - a) / max(a, b) (Rousseeuw 1987); a point alone in its cluster scores 0."""
+    d = np.sqrt(((x[:, None, :] - x[None, :, :]) ** 2).sum(-1))
+    scores = np.zeros(len(x))
+    for i in range(len(x)):
+        same = labels == labels[i]
+        if same.sum() < 2:
+            continue
+        a = d[i, same].sum() / (same.sum() - 1)
+        b = min(d[i, labels == j].mean() for j in set(labels.tolist()) if j != labels[i] and np.any(labels == j))
+        scores[i] = (b - a) / max(a, b) if max(a, b) > 0 else 0.0
+    return float(scores.mean())
 
 
 @dataclass
@@ -178,10 +288,12 @@ class FillClass:
 
     class_index: int
     wanted: int
-    query: dict[str, str]
+    query: dict[str, str] | list[dict[str, str]]  # one place's filters, or each place's
     group: str = ""  # the journal group of the class
     label: str = ""
     listed: int = 0  # candidate photos listed (over-fetch), not in the folder
+    skipped_license: int = 0  # photos the listing met whose licence is not accepted
+    places: list[PlaceBox] = field(default_factory=list)  # where the query was steered (empty: unsteered)
     added: int = 0
     scores: list[float] = field(default_factory=list)  # of the top n, best first
     ranked: list[tuple[str, float]] = field(default_factory=list)  # (source_id, score) of every candidate, best first
@@ -259,12 +371,17 @@ def fill_group(
                 cls = INatClass(index, ds.label_space.name_of(index), tuple((taxa or {}).get(index) or ()))
                 taxon = _taxon(api, journal, cls)
                 query = steering[index].params() if steer else {}
-                settings = INatSettings(per_class=n, licenses=codes, photo_size=photo_size, per_page=per_page,
-                                        api_url=api_url, params=tuple(sorted(query.items())))
-                entry = FillClass(index, n, query, group=cls.group, label=cls.label)
-                candidates = _listing(api, journal, cls, taxon, settings, in_folder, math.ceil(n * over_fetch)
-                                      if steer or scorer is not None else n)
-                entry.listed = len(candidates)
+                queries = steering[index].queries() if steer else [{}]
+                settings = [INatSettings(per_class=n, licenses=codes, photo_size=photo_size, per_page=per_page,
+                                         api_url=api_url, params=tuple(sorted(q.items()))) for q in queries]
+                entry = FillClass(index, n, query, group=cls.group, label=cls.label,
+                                  places=list(steering[index].places) if steer else [])
+                weights = [p.photos for p in entry.places] or [1]
+                listing = _listing(api, journal, cls, taxon, settings, weights, in_folder,
+                                   math.ceil(n * over_fetch) if steer or scorer is not None else n)
+                candidates = [c for c, _ in listing]
+                query_of = {c.key: q for c, q in listing}
+                entry.listed, entry.skipped_license = len(candidates), listing.skipped_license
                 if journal.count(cls.group) < n and not candidates:
                     raise FillError(f"class {cls.label}: the query {query or '(unsteered)'} lists no photo that is "
                                     "not already in the folder; widen it (--group, fewer filters) or fill unsteered")
@@ -282,7 +399,7 @@ def fill_group(
                 top = []
                 for rank, (score, _, cand) in enumerate(scored[:n]):
                     proposal = {"group": group, "score": round(float(score), 4) if math.isfinite(score) else None,
-                                "query": query, "split": split, "steered": steer,
+                                "query": query_of[cand.key], "split": split, "steered": steer,
                                 "scored_by": {**how, "rank": rank}}
                     sample = {**cand.sample, "extra": {**cand.sample["extra"], "proposed_for": proposal},
                               "tags": [f"proposed:{group}"]}
@@ -358,31 +475,69 @@ def _job_of(row: Mapping[str, Any]) -> str | None:
     return extra.get("inat_job") if isinstance(extra, dict) else None
 
 
-def _listing(api: INatAPI, journal: Journal, cls: INatClass, taxon: ResolvedTaxon, settings: INatSettings,
-             in_folder: Mapping[str, str | None], limit: int) -> list[Candidate]:
-    """Up to ``limit`` candidates of the (steered) listing, newest first, none that was in the folder
-    before this fill (``in_folder``: source id -> the job that added it).
+class Listing(list):
+    """(candidate, the query that listed it) pairs, and ``skipped_license``: how many photos the
+    listing met whose licence is not accepted."""
+
+    skipped_license: int = 0
+
+
+def _listing(api: INatAPI, journal: Journal, cls: INatClass, taxon: ResolvedTaxon, settings: Sequence[INatSettings],
+             weights: Sequence[int], in_folder: Mapping[str, str | None], limit: int) -> Listing:
+    """Up to ``limit`` candidates of the (steered) listing, none that was in the folder before this
+    fill (``in_folder``: source id -> the job that added it). With several places (one
+    ``settings`` each), each lists newest first up to its share of ``limit`` (``weights``: the
+    group's photos in it), then the places that have more fill what the others lacked, in turn.
 
     Listing only: the paging checkpoints are not kept, so a re-run lists the same observations again
     and the journal skips what is already added. A photo this very job added stays in the listing
     even when the journal does not name it (a run killed between the commit and the journal, issue
     45): the engine finds it in the folder and counts it, so the re-run lists, ranks and adds what an
     uninterrupted fill does."""
-    out: list[Candidate] = []
+    out = Listing()
     seen: set[str] = set()
-    for item in class_stream(api, journal, cls, taxon, settings):
-        if not isinstance(item, Candidate):
-            continue
-        source_id = str(item.sample.get("source_id"))
-        if source_id in in_folder and in_folder[source_id] != journal.job_id and journal.final(item.key) is None:
-            continue
-        if source_id in seen:
-            continue
-        seen.add(source_id)
-        out.append(item)
-        if len(out) >= limit:
-            break
+    refused: set[str] = set()
+
+    def candidates(place: INatSettings) -> Iterator[tuple[Candidate, dict[str, str]]]:
+        query = dict(place.params)
+        for item in class_stream(api, journal, cls, taxon, place):
+            if isinstance(item, Skip) and item.reason == "license":
+                refused.add(item.key)
+            if not isinstance(item, Candidate):
+                continue
+            source_id = str(item.sample.get("source_id"))
+            if source_id in in_folder and in_folder[source_id] != journal.job_id and journal.final(item.key) is None:
+                continue
+            if source_id not in seen:
+                seen.add(source_id)
+                yield item, query
+
+    streams = [candidates(place) for place in settings]
+    total = sum(weights)
+    for stream, weight in zip(streams, weights):
+        out.extend(itertools.islice(stream, max(1, math.ceil(limit * weight / total))))
+    live = list(streams)
+    while live and len(out) < limit:
+        for stream in list(live):
+            pair = next(stream, None) if len(out) < limit else None
+            if pair is None:
+                live.remove(stream)
+            else:
+                out.append(pair)
+    del out[limit:]
+    for stream in streams:
+        stream.close()
+    out.skipped_license = len(refused)
     return out
+
+
+def fill_table(report: FillReport) -> tuple[list[str], list[list[str]]]:
+    """The fill's table: (columns, one row per class) with what was wanted, listed, skipped for its
+    licence and added, and the places the query was steered to."""
+    columns = ["class", "wanted", "listed", "skipped (licence)", "added", "places"]
+    rows = [[e.label, str(e.wanted), str(e.listed), str(e.skipped_license), str(e.added),
+             "; ".join(p.describe() for p in e.places) or "(unsteered)"] for e in report.classes]
+    return columns, rows
 
 
 def wanted_from_split(dataset_root: str | Path, split: str, *, group: str = "hard", classes: Sequence[int] = (),
