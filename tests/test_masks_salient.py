@@ -255,3 +255,32 @@ def test_cli_proposes_with_a_salient_model_and_measures(models, tmp_path, monkey
     misplaced = runner.invoke(main, ["propose-masks", "world", "--model", "clipseg:models", "--preset", "u2net"])
     assert misplaced.exit_code == 2 and "options of salient: models" in misplaced.output, misplaced.output
     assert not (tmp_path / "world" / "runs" / "sal-2").exists()
+
+
+def test_a_file_without_preset_or_rembg_name_names_the_presets_that_fit(models, tmp_path) -> None:
+    """No --preset and a name rembg does not use: the refusal reads the file's input shape and
+    names the presets that feed it (all of them when the size is free), in one line."""
+    def refusal(path: Path) -> str:
+        with pytest.raises(MaskSpecError) as caught:
+            parse_salient_spec(f"salient:{path}")
+        assert "\n" not in str(caught.value)
+        return str(caught.value)
+
+    big = refusal(Path(shutil.copy(models["birefnet"], tmp_path / "my-export.onnx")))
+    assert "its input is 1x3x1024x1024, which presets isnet, isnet-anime, birefnet feed" in big, big
+    assert "--preset isnet|isnet-anime|birefnet, or all of --input-size" in big and "docs/masks.md" in big, big
+    small = refusal(Path(shutil.copy(models["u2net"], tmp_path / "segmenter.onnx")))
+    assert "its input is ?x3x320x320, which preset u2net feeds" in small and "--preset u2net, or" in small, small
+    odd = refusal(Path(shutil.copy(models["probe"], tmp_path / "probe-copy.onnx")))
+    assert "which no preset feeds" in odd and "give all of --input-size, --mean, --std and --postprocess" in odd, odd
+    assert salient.presets_for_shape(["batch", 3, "height", "width"]) == list(PRESETS)
+    assert salient.presets_for_shape([1, 1, 320, 320]) == []
+
+
+def test_salient_options_help_reads_as_sentences() -> None:
+    from click.testing import CliRunner
+
+    from curate.cli import main
+
+    text = CliRunner(env={"COLUMNS": "200"}).invoke(main, ["propose-masks", "--help"]).output
+    assert "salient: only:" not in text and text.count("Salient models only.") == 5, text

@@ -538,3 +538,123 @@ def test_import_is_light():
     code = "import sys, curate.models; print(any(m in sys.modules for m in ('torch', 'open_clip', 'timm')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60)
     assert out.stdout.strip() == "False", out.stderr
+
+
+# ----------------------------------------------------------------------------- issue 45/46: words
+def _cli(args: list[str]):
+    from click.testing import CliRunner
+
+    from curate.cli import main
+
+    return CliRunner(env={"COLUMNS": "400"}).invoke(main, args)
+
+
+@pytest.fixture()
+def folder(tmp_path):
+    sys.path.insert(0, str(REPO / "tests"))
+    from eval_helpers import make_folder
+
+    return make_folder(tmp_path / "ds", per_class=2)
+
+
+def test_a_file_with_another_librarys_keys_is_described_in_one_line(tmp_path):
+    """EfficientNet-PyTorch names timm's ``conv_stem`` ``_conv_stem``: the error says what the file
+    holds and what the model expects (count, prefixes, a sample key), not 600 characters of keys."""
+    src = load_model(TIMM_TINY, seed=0)
+    path = tmp_path / "other-library.pt"
+    torch.save({f"_{k}": v for k, v in src.module.state_dict().items()}, path)
+    with pytest.raises(ModelError) as caught:
+        load_model(TIMM_TINY, path)
+    message = str(caught.value)
+    n = len(src.module.state_dict())
+    assert "\n" not in message and "Missing key" not in message and len(message) < 500, message
+    assert f"the file's {n} tensors are named _conv1" in message and "(e.g. _conv1." in message, message
+    assert f"the model's {n} conv1" in message and "0 names match" in message and "converted" in message, message
+    # a shape that differs under the same names is named with both shapes
+    state = {k: v.clone() for k, v in src.module.state_dict().items()}
+    state["fc.weight"] = torch.zeros(1000, 3)
+    torch.save(state, tmp_path / "shapes.pt")
+    with pytest.raises(ModelError, match=r"fc\.weight is \[1000, 3\] in the file and \[1000, \d+\] in the model"):
+        load_model(TIMM_TINY, tmp_path / "shapes.pt")
+
+
+def test_a_truncated_weights_file_reads_cleanly(tmp_path):
+    src = load_model(TIMM_TINY, seed=0)
+    whole = tmp_path / "whole.pt"
+    torch.save(src.module.state_dict(), whole)
+    cut = tmp_path / "cut.pt"
+    cut.write_bytes(whole.read_bytes()[: whole.stat().st_size // 2])
+    with pytest.raises(ModelError) as caught:
+        load_model(TIMM_TINY, cut)
+    message = str(caught.value)
+    assert "truncated or not a weights file?" in message and message.endswith("delete it and fetch it again, "
+                                                                               "or check the path"), message
+    assert ".." not in message and ". Delete" not in message and "\n" not in message, message
+
+
+def test_a_classifier_trained_with_other_preprocessing_says_so(tmp_path, folder):
+    """mean, std, input size and interpolation over timm's defaults: in the name (library), as
+    options (CLI); the transform, the model id and the run's record follow."""
+    from curate.models.spec import ModelSpec, split_preprocess, with_preprocess
+
+    name = with_preprocess(TIMM_TINY, mean="0.5,0.5,0.5", std=(0.25, 0.25, 0.25), size="96", interpolation="bilinear")
+    assert name == "timm:test_resnet#mean=0.5/0.5/0.5,std=0.25/0.25/0.25,size=96,interpolation=bilinear"
+    assert ModelSpec(name).preprocess == {"mean": (0.5,) * 3, "std": (0.25,) * 3, "size": (96, 96),
+                                          "interpolation": "bilinear"}
+    plain, custom = load_model(TIMM_TINY, seed=0), load_model(name, seed=0)
+    assert custom.image_size == (96, 96) and plain.image_size == (160, 160)
+    steps = {type(t).__name__: t for t in custom.preprocess.transforms}
+    assert steps["Resize"].interpolation.value == "bilinear" and tuple(steps["CenterCrop"].size) == (96, 96)
+    assert steps["Normalize"].mean.tolist() == [0.5] * 3 and steps["Normalize"].std.tolist() == [0.25] * 3
+    assert custom.model_id.startswith(plain.model_id + "+prep-")  # other pixels, other outputs: another id
+    assert custom.info["preprocess_overrides"]["mean"] == [0.5] * 3 and custom.info["preprocess"]["input_size"] == [3, 96, 96]
+    photo = Image.new("RGB", (120, 90), (200, 30, 60))
+    assert not torch.allclose(custom.logits(custom.preprocess_images([photo])),
+                              plain.logits(plain.preprocess_images([photo])))
+    for bad, words in (("timm:test_resnet#mean=1/2", "mean needs 3 numbers"), ("timm:test_resnet#gamma=2", "gamma"),
+                       ("timm:test_resnet#interpolation=cubic", "not one of")):
+        with pytest.raises(ValueError, match=words):
+            split_preprocess(bad)
+    with pytest.raises(ValueError, match="timm: classifiers"):
+        with_preprocess("curate-tiny-vit", mean="0.5,0.5,0.5")
+
+    weights = tmp_path / "cls.pt"
+    torch.save(plain.module.state_dict(), weights)
+    result = _cli(["-q", "evaluate", str(folder.root), "--model", TIMM_TINY, "--pretrained", str(weights),
+                   "--mean", "0.5,0.5,0.5", "--std", "0.25,0.25,0.25", "--input-size", "96", "--interpolation",
+                   "bilinear", "--bootstrap", "10", "--run-name", "custom", "--device", "cpu"])
+    assert result.exit_code == 0, result.output
+    config = json.loads((folder.root / "runs" / "custom" / "config.json").read_text())
+    recorded = config["model"]
+    assert recorded["name"] == name and "+prep-" in recorded["model_id"]
+    assert recorded["info"]["preprocess"]["mean"] == [0.5] * 3 and recorded["info"]["preprocess"]["interpolation"] == "bilinear"
+    refused = _cli(["evaluate", str(folder.root), "--model", "curate-tiny-vit", "--mean", "0.5,0.5,0.5"])
+    assert refused.exit_code == 2 and "timm: classifiers" in refused.output, refused.output
+
+
+def test_the_quickgelu_warning_is_one_cli_line_saying_what_to_type(folder):
+    """``--model ViT-B-32 --pretrained laion400m_e31`` (the paper's weights, GELU architecture): one
+    line naming the pair to type and the zoo name, no Python file path or warning class."""
+    result = _cli(["evaluate", str(folder.root), "--model", "ViT-B-32", "--pretrained", "laion400m_e31"])
+    lines = [line for line in result.output.splitlines() if "QuickGELU" in line]
+    assert len(lines) == 1, result.output
+    assert lines[0].startswith("warning: open_clip weights ViT-B-32:laion400m_e31 were trained with QuickGELU")
+    assert lines[0].endswith("type --model ViT-B-32-quickgelu --pretrained laion400m_e31, or --model "
+                             "CLIP-LAION400M-ViT-B/32"), lines[0]
+    assert "QuickGELUWarning" not in result.output and ".py:" not in result.output and "warnings.warn" not in result.output
+    quiet = _cli(["-q", "evaluate", str(folder.root), "--model", "ViT-B-32", "--pretrained", "laion400m_e31"])
+    assert "QuickGELU" not in quiet.output and quiet.exit_code == 1
+
+
+def test_the_missing_weights_error_reads_line_by_line(folder):
+    """A short first line, then where curate looked and how to fix it, each on its own line."""
+    result = _cli(["evaluate", str(folder.root), "--model", "timm:resnet18", "--pretrained", "a1_in1k"])
+    assert result.exit_code == 1
+    lines = result.output.splitlines()
+    assert lines[0] == ("error: weights for timm resnet18.a1_in1k are not on this machine (pytorch_model.bin / "
+                        "resnet18_a1_0-d63eafa0.pth missing); curate never downloads weights"), lines[0]
+    assert "looked in:" in lines and "to fix, on a machine with internet, either:" in lines, result.output
+    bullets = [line for line in lines if line.startswith("  - ")]
+    assert len(bullets) >= 8 and len(lines[0]) < 200, result.output
+    assert any("hf download timm/resnet18.a1_in1k" in b for b in bullets)
+    assert any(b.endswith("pass the file itself: --pretrained /path/to/weights") for b in bullets), result.output

@@ -13,6 +13,7 @@ stage adds a module and one line there (tests/test_cli.py checks that the table 
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 import inspect
 import logging
@@ -88,6 +89,8 @@ CLI_ADVICE: tuple[tuple[str, str], ...] = (
     (r"pretrained=None for random weights", "--pretrained none for random weights"),
     (r"\bpretrained=('[^']*'|\"[^\"]*\")", r"--pretrained \1"),
     (r"pass it as a path \('(.+?)'\) or a pathlib\.Path", r"pass it as a path (--pretrained \1)"),
+    (r"load '([^']+)' with pretrained '([^']+)'", r"type --model \1 --pretrained \2"),
+    (r"or the zoo name '([^']+)'", r"or --model \1"),
     (r" \((?:allow_model_masks|allow_model_backgrounds|allow_restricted)=True\)", ""),
 )
 
@@ -136,19 +139,53 @@ def error_line(error: BaseException) -> str:
     ``problems``) names its first problem and counts the others, which ``curate check`` lists."""
     from curate.store import DatasetError
 
-    text = str(error)
+    text = getattr(error, "headline", None) or str(error)  # an error with details: its first line only
     if isinstance(error, DatasetError) and error.problems and "\n" in text:
         lines, more = text.splitlines(), len(error.problems) - 1
         text = f"{lines[0]} {error.problems[0]}{f' (and {more} more)' if more else ''}. {lines[-1].strip()}"
     return one_line(cli_advice(text)) or type(error).__name__
 
 
-def print_error(message: str) -> None:
+def print_error(message: str, details: list[str] | tuple[str, ...] = ()) -> None:
     """Print an error as the CLI prints every error, library or usage: ``error: <message>`` on
-    stderr, one line (:func:`one_line`)."""
+    stderr, one line (:func:`one_line`); ``details`` (an error's ``details``: where curate looked,
+    how to fix it) each on its own line below it, in the CLI's words (:func:`cli_advice`)."""
     console = _console(stderr=True)
     console.print("[bold red]error:[/] ", end="")
     console.print(one_line(message), markup=False, highlight=False)
+    for line in details:
+        console.print(cli_advice(line), markup=False, highlight=False, soft_wrap=True)
+
+
+def _ours(category: type, filename: str) -> bool:
+    """Whether a warning is curate's: its class is defined in curate, or curate's code raised it."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return category.__module__.split(".")[0] == "curate" or os.path.abspath(filename).startswith(package + os.sep)
+
+
+@contextlib.contextmanager
+def curate_warnings() -> Any:
+    """While a verb runs, curate's own warnings (:func:`_ours`; e.g. ``QuickGELUWarning``) print as
+    one line, ``warning: <message>`` in the CLI's words (:func:`cli_advice`), on stderr, nothing
+    under ``--quiet``; any other library's warnings keep Python's form."""
+    import warnings
+
+    python_form = warnings.showwarning
+
+    def show(message: Any, category: type, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
+        if not _ours(category, filename):
+            python_form(message, category, filename, lineno, file, line)
+        elif not _quiet:
+            console = _console(stderr=True)
+            console.print("[yellow]warning:[/] ", end="")
+            console.print(one_line(cli_advice(str(message))), markup=False, highlight=False)
+
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        if warnings.showwarning is show:
+            warnings.showwarning = python_form
 
 
 def _show_click_error(error: click.ClickException) -> None:
@@ -196,7 +233,8 @@ class CurateGroup(HelpGroup):
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
-            return super().invoke(ctx)
+            with curate_warnings():
+                return super().invoke(ctx)
         except click.ClickException as error:  # a verb's options and arguments, or the verb's name
             _in_one_form(error)
             raise
@@ -208,7 +246,8 @@ class CurateGroup(HelpGroup):
             message = error_line(error)
             if ctx.obj and ctx.obj.get("verbose"):
                 message = f"{type(error).__name__}: {message}"
-            print_error(message)
+            details = getattr(error, "details", None)
+            print_error(message, [str(d) for d in details] if isinstance(details, (list, tuple)) else ())
             sys.exit(1)
 
 

@@ -9,6 +9,7 @@ from rich.table import Table
 from curate.cli import StageProgress, err, main, out, progress, shown
 from curate.cli.options import (
     UserPath,
+    apply_preprocess,
     batch_options,
     device_options,
     engine_options,
@@ -16,6 +17,7 @@ from curate.cli.options import (
     lvlm_options,
     model_options,
     model_specs,
+    preprocess_options,
     run_options,
 )
 from curate.formatting import pct, pct_ci
@@ -40,12 +42,14 @@ from curate.formatting import pct, pct_ci
 @click.option("--input-path", type=click.Choice(["cpu-exact", "gpu", "auto"]), default="cpu-exact", show_default=True,
               help="cpu-exact: open_clip's own PIL preprocessing (equal to CLIP_benchmark); gpu: JPEG decode, resize, "
                    "crop and normalise on the device (within 4/255 of cpu-exact); auto: gpu on CUDA where possible.")
+@preprocess_options
 @lvlm_options
 @engine_options
 def evaluate(directory: Path, models: tuple[str, ...], pretrained: tuple[str, ...], label_space: str, prompts: str,
              device: str, precision: str, batch_size: int, workers: int | None, run_name: str | None, overwrite: bool,
              top20_reference: str | None, top20_pretrained: str | None, rebuild_top20: bool, bootstrap: int, seed: int,
-             no_cache: bool, input_path: str, question: str, answer_template: str, token_env: str | None, engine: str,
+             no_cache: bool, input_path: str, prep_mean: str | None, prep_std: str | None, prep_size: str | None,
+             prep_interpolation: str | None, question: str, answer_template: str, token_env: str | None, engine: str,
              ray_address: str | None, gpus_per_worker: float) -> None:
     """Zero-shot (CLIPs), 1000-way (classifiers) or answer-likelihood (LVLMs) evaluation: accuracy, easy/hard, drop, intervals.
 
@@ -54,7 +58,7 @@ def evaluate(directory: Path, models: tuple[str, ...], pretrained: tuple[str, ..
     from curate.models.spec import ModelSpec, parse_pretrained
     from curate.stages.evaluate import EvalSettings, evaluate_models
 
-    specs = model_specs(models, pretrained)
+    specs = apply_preprocess(model_specs(models, pretrained), prep_mean, prep_std, prep_size, prep_interpolation)
     settings = EvalSettings(
         label_space=label_space, prompts=prompts, device=device, batch_size=batch_size, workers=workers,
         precision=precision, bootstrap=bootstrap, seed=seed, rebuild_top20=rebuild_top20, use_cache=not no_cache,

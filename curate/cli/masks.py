@@ -27,13 +27,13 @@ SALIENT_OPTIONS = ("--preset", "--input-size", "--mean", "--std", "--postprocess
               help="Per-pixel probability (clipseg, cam, salient) or instance/box score (sam3, sam+detector) a mask "
                    "needs.")
 @click.option("--preset", default=None, metavar="NAME",
-              help="salient: only: the input size, normalisation and output of a model family as rembg runs it: "
-                   "u2net, isnet, isnet-anime or birefnet (default: from the file's rembg name).")
-@click.option("--input-size", default=None, metavar="N|HxW", help="salient: only: the model's input size (over the preset).")
-@click.option("--mean", default=None, metavar="R,G,B", help="salient: only: per-channel mean of [0, 1] pixels.")
-@click.option("--std", default=None, metavar="R,G,B", help="salient: only: per-channel std of [0, 1] pixels.")
+              help="Salient models only. The input size, normalisation and output of a model family as rembg runs "
+                   "it: u2net, isnet, isnet-anime or birefnet (default: from the file's rembg name).")
+@click.option("--input-size", default=None, metavar="N|HxW", help="Salient models only. The model's input size (over the preset).")
+@click.option("--mean", default=None, metavar="R,G,B", help="Salient models only. Per-channel mean of [0, 1] pixels.")
+@click.option("--std", default=None, metavar="R,G,B", help="Salient models only. Per-channel std of [0, 1] pixels.")
 @click.option("--postprocess", default=None, metavar="minmax|sigmoid-minmax|sigmoid|none",
-              help="salient: only: how the model's first output becomes a map in [0, 1].")
+              help="Salient models only. How the model's first output becomes a map in [0, 1].")
 @click.option("--only-missing", is_flag=True, help="Only samples with no mask at all (default: every sample in scope; "
                                                      "human and exact masks are never overwritten, only compared).")
 @click.option("--retry-rejected", is_flag=True, help="Also samples whose proposal a reviewer rejected (mask:bad).")

@@ -210,3 +210,40 @@ def creation_vocabulary(label_space: str, backgrounds: str | None) -> tuple[Any,
         space = LabelSpace.from_names(path.stem, names)
     vocab = [b.strip() for b in backgrounds.split(",") if b.strip()] if backgrounds else None
     return space, vocab
+
+
+def preprocess_options(func: Callable) -> Callable:
+    """``--mean``, ``--std``, ``--input-size``, ``--interpolation``: the eval preprocessing of a timm
+    classifier trained with other preprocessing than its architecture's default
+    (:func:`apply_preprocess`)."""
+    from curate.models.spec import INTERPOLATIONS
+
+    options = [
+        click.option("--mean", "prep_mean", default=None, metavar="R,G,B",
+                     help="timm: classifiers only. Per-channel mean of [0, 1] pixels the weights were trained with "
+                          "(default: the architecture's)."),
+        click.option("--std", "prep_std", default=None, metavar="R,G,B",
+                     help="timm: classifiers only. Per-channel std of [0, 1] pixels (default: the architecture's)."),
+        click.option("--input-size", "prep_size", default=None, metavar="N|HxW",
+                     help="timm: classifiers only. The model's input size, after the resize and centre crop."),
+        click.option("--interpolation", "prep_interpolation", default=None, type=click.Choice(INTERPOLATIONS),
+                     help="timm: classifiers only. The resize's interpolation (default: the architecture's)."),
+    ]
+    return _apply(func, options)
+
+
+def apply_preprocess(specs: list[ModelSpec], mean: str | None, std: str | None, size: str | None,
+                     interpolation: str | None) -> list[ModelSpec]:
+    """Each ``timm:`` spec with the preprocessing options folded into its name
+    (:meth:`curate.models.spec.ModelSpec.with_preprocess`); a usage error when options are given
+    and no model is a ``timm:`` classifier, or a value is malformed."""
+    given = {"mean": mean, "std": std, "size": size, "interpolation": interpolation}
+    if all(v is None for v in given.values()):
+        return specs
+    if not any(spec.name.startswith("timm:") for spec in specs):
+        raise click.UsageError("--mean, --std, --input-size and --interpolation are options of timm: classifiers "
+                               "(--model timm:NAME --pretrained FILE)")
+    try:
+        return [spec.with_preprocess(**given) if spec.name.startswith("timm:") else spec for spec in specs]
+    except ValueError as error:
+        raise click.UsageError(str(error)) from None

@@ -52,13 +52,19 @@ class ModelNotFoundError(ModelError, LookupError):
 class WeightsNotFoundError(ModelError, FileNotFoundError):
     """Pretrained weights that are not on this machine (curate never downloads them).
 
-    ``missing`` lists the file names that were looked for, ``searched`` the places.
+    ``missing`` lists the file names that were looked for, ``searched`` the places. ``headline``
+    is the short first line; ``details`` the lines under it (where curate looked, how to fix it),
+    each on its own line of the message (the CLI prints the headline as its error line and the
+    details below it).
     """
 
-    def __init__(self, message: str, missing: Sequence[str] = (), searched: Sequence[str] = ()) -> None:
+    def __init__(self, message: str, missing: Sequence[str] = (), searched: Sequence[str] = (),
+                 details: Sequence[str] = ()) -> None:
         self.missing = list(missing)
         self.searched = list(searched)
-        super().__init__(message)
+        self.headline = message
+        self.details = list(details)
+        super().__init__("\n".join([message, *self.details]))
 
 
 class QuickGELUWarning(UserWarning):

@@ -14,7 +14,11 @@ Weights (never downloaded):
 
 The eval transform is timm's: ``timm.data.resolve_model_data_config`` then
 ``timm.data.create_transform(is_training=False)`` (resize by ``crop_pct``, center crop,
-normalise with the weights' mean/std).
+normalise with the weights' mean/std). A file trained with other preprocessing says so in the
+name: ``timm:NAME#mean=R/G/B,std=R/G/B,size=N|HxW,interpolation=MODE`` (the CLI's ``--mean``,
+``--std``, ``--input-size``, ``--interpolation``; :func:`curate.models.spec.with_preprocess`), each
+over timm's value; the run records the whole config (``info["preprocess"]``) and the overrides,
+and the model id gains ``+prep-<8 hex of the config>``.
 
 Models whose head is not ImageNet-1K are refused, except 1001-way heads with
 ``label_offset=1`` (a leading background class, e.g. TF-ported Inceptions), whose first
@@ -23,6 +27,8 @@ logit is dropped.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 from typing import Any
 
@@ -31,7 +37,8 @@ import torch
 from curate.models.base import LoadedModel, ModelError, ModelNotFoundError, close_matches
 from curate.models.clip import seeded, weights_key
 from curate.models.registry import ModelRequest, register_backend
-from curate.models.weights import Checkpoint, hub_offline, resolve_weights, timm_weights_source
+from curate.models.spec import split_preprocess
+from curate.models.weights import Checkpoint, hub_offline, resolve_weights, state_mismatch, timm_weights_source
 
 log = logging.getLogger(__name__)
 
@@ -41,13 +48,46 @@ DEFAULT_TAG_WORDS = ("default", "timm", "pretrained")
 
 
 class ClassifierModel(LoadedModel):
-    """A timm ImageNet-1K classifier: ``logits`` (``[N, 1000]``) and pooled features."""
+    """A timm ImageNet-1K classifier: ``logits`` (``[N, 1000]``) and pooled features.
+
+    On a CPU, outputs without gradients (encoding, scoring) come from :attr:`fast_module`: a copy
+    with every batch norm folded into the convolution before it (:func:`curate.models.fold.fold_batchnorm`,
+    checked against the original), laid out channels-last (``torch.channels_last``, oneDNN's
+    fast layout for convolutions), and batches are encoded :attr:`cpu_batch` images at a time
+    (:func:`curate.engine.images.model_output`). EfficientNet-Lite0 on 2 cores: 14 ms an image
+    against 40 ms for timm's module one photo at a time. All of it changes only float rounding;
+    :attr:`module` stays as built (gradients, saliency's layers and hooks see it).
+    """
 
     kind = "classifier"
+    #: Images per forward pass when encoding on a CPU (class docstring).
+    cpu_batch = 4
 
     def __init__(self, *, label_offset: int = 0, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.label_offset = int(label_offset)
+        self.channels_last = self.device.type == "cpu"
+        self.fast_module = self.module
+        self.folded = 0
+        if self.channels_last:
+            if self.precision in ("fp32", "amp", "amp_bf16"):  # float32 weights to fold
+                from curate.models.fold import fold_batchnorm
+
+                example = torch.rand(2, 3, *self.image_size, generator=torch.Generator().manual_seed(0))
+                self.fast_module, self.folded = fold_batchnorm(self.module, example)
+            self.module = self.module.to(memory_format=torch.channels_last)
+            self.fast_module = self.fast_module.to(memory_format=torch.channels_last)
+            self.info["cpu_inference"] = {"batch_norms_folded": self.folded, "memory_format": "channels_last",
+                                          "images_per_pass": self.cpu_batch}
+
+    def _forward_module(self) -> torch.nn.Module:
+        """:attr:`fast_module` when no gradient is recorded, else :attr:`module` (class docstring)."""
+        return self.module if torch.is_grad_enabled() else self.fast_module
+
+    def to_input(self, batch: torch.Tensor) -> torch.Tensor:
+        """The batch on the device in the input dtype; channels-last on a CPU (class docstring)."""
+        x = super().to_input(batch)
+        return x.contiguous(memory_format=torch.channels_last) if self.channels_last else x
 
     @property
     def num_classes(self) -> int:
@@ -59,15 +99,29 @@ class ClassifierModel(LoadedModel):
         return int(getattr(m, "head_hidden_size", None) or m.num_features)
 
     def _image_features(self, batch: torch.Tensor) -> torch.Tensor:
-        feats = self.module.forward_head(self.module.forward_features(batch), pre_logits=True)
+        module = self._forward_module()
+        feats = module.forward_head(module.forward_features(batch), pre_logits=True)
         return feats.flatten(1) if feats.ndim > 2 else feats
 
     def logits(self, batch: torch.Tensor, *, grad: bool = False) -> torch.Tensor:
         """ImageNet-1K logits ``Tensor[N, 1000]`` (float32)."""
         with self._grad_context(grad), self.autocast():
-            out = self.module(self.to_input(batch))
+            out = self._forward_module()(self.to_input(batch))
         out = out.float()
         return out[:, self.label_offset :] if self.label_offset else out
+
+
+def data_config_overrides(overrides: dict[str, Any]) -> dict[str, Any]:
+    """:func:`curate.models.spec.split_preprocess`'s overrides as timm data-config entries: ``mean``,
+    ``std``, ``input_size`` = ``(3, H, W)`` (the centre crop; the resize before it is
+    ``size / crop_pct``, as timm's eval transform does), ``interpolation``."""
+    cfg: dict[str, Any] = {}
+    for key, value in overrides.items():
+        if key == "size":
+            cfg["input_size"] = (3, int(value[0]), int(value[1]))
+        else:
+            cfg[key] = tuple(value) if isinstance(value, (list, tuple)) else value
+    return cfg
 
 
 def _timm_pretrained_cfg(arch: str, name_tag: str, pretrained: str) -> Any:
@@ -96,6 +150,24 @@ def _timm_pretrained_cfg(arch: str, name_tag: str, pretrained: str) -> Any:
     return cfg
 
 
+def _why_not(name: str, weights_file: Any, error: BaseException) -> str:
+    """One line on why a weights file does not load into timm's ``name``: how its tensor names or
+    shapes differ from the model's (:func:`curate.models.weights.state_mismatch`), else timm's
+    first line."""
+    import timm
+
+    try:
+        expected = timm.create_model(name, pretrained=False).state_dict()
+        file_state = Checkpoint(weights_file).state_dict()
+    except Exception:  # noqa: BLE001 - the description is a courtesy; timm's own words then
+        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+        return (lines[0] if lines else type(error).__name__)[:300]
+    said = state_mismatch(file_state, expected)
+    if set(file_state) != set(expected):
+        said += "; weights saved by another library or for another architecture need their names converted"
+    return said
+
+
 @register_backend("timm")
 def load_timm(req: ModelRequest) -> ClassifierModel:
     """Build a timm ImageNet-1K classifier for ``req`` (see the module docstring)."""
@@ -103,7 +175,8 @@ def load_timm(req: ModelRequest) -> ClassifierModel:
     from timm.data import create_transform, resolve_model_data_config
     from timm.models import split_model_name_tag
 
-    name = req.arch
+    plain, overrides = split_preprocess(f"timm:{req.arch}")
+    name = plain.removeprefix("timm:")
     arch, name_tag = split_model_name_tag(name)
     if not timm.is_model(arch):
         raise ModelNotFoundError(f"timm has no model {arch!r}", close_matches(arch, timm.list_models()))
@@ -138,7 +211,8 @@ def load_timm(req: ModelRequest) -> ClassifierModel:
         except (RuntimeError, KeyError) as exc:
             if weights_file is None:
                 raise
-            raise ModelError(f"timm could not load {weights_file} into {name!r}: {str(exc)[:600]}") from exc
+            raise ModelError(f"timm could not load {weights_file} into {name!r}: "
+                             f"{_why_not(name, weights_file, exc)}") from exc
 
     label_offset = int(getattr(module, "pretrained_cfg", {}).get("label_offset") or 0)
     if module.num_classes - label_offset != IMAGENET_CLASSES:
@@ -151,7 +225,10 @@ def load_timm(req: ModelRequest) -> ClassifierModel:
     module = module.to(req.device, dtype=dtype) if dtype is not None else module.to(req.device)
     module.eval()
 
-    data_cfg = resolve_model_data_config(module)
+    data_cfg = dict(resolve_model_data_config(module))
+    if overrides:
+        data_cfg.update(data_config_overrides(overrides))
+        model_id += "+prep-" + hashlib.sha256(json.dumps(data_cfg, sort_keys=True).encode()).hexdigest()[:8]
     preprocess = create_transform(**data_cfg, is_training=False)
     info = {
         "backend": "timm",
@@ -163,6 +240,7 @@ def load_timm(req: ModelRequest) -> ClassifierModel:
         "seed": req.seed if weights_file is None else None,
         "label_offset": label_offset,
         "preprocess": {k: (list(v) if isinstance(v, tuple) else v) for k, v in data_cfg.items()},
+        "preprocess_overrides": {k: (list(v) if isinstance(v, tuple) else v) for k, v in overrides.items()},
         "metadata": file_metadata,
         "device": str(req.device),
         "precision": precision,

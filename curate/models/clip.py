@@ -41,7 +41,9 @@ from curate.models.weights import (
     hub_offline,
     open_clip_weights_source,
     resolve_weights,
+    state_mismatch,
 )
+from curate.models.zoo import paper_name
 
 log = logging.getLogger(__name__)
 
@@ -181,23 +183,17 @@ def check_quick_gelu(arch: str, tag: str, model_cfg: Mapping[str, Any], tag_cfg:
     tag_qg = bool(tag_cfg.get("quick_gelu", False))
     if model_qg == tag_qg:
         return True
-    if tag_qg:
-        better = f"{arch}-quickgelu"
-        hint = (
-            f"use {better!r}"
-            if open_clip.get_model_config(better) is not None
-            else "use a -quickgelu architecture"
-        )
-        msg = (
-            f"open_clip weights {arch}:{tag} were trained with QuickGELU but architecture {arch!r} uses GELU: "
-            f"the model runs but accuracy silently drops (~3 points for ViT-B/32); {hint}, or a zoo name "
-            "such as 'CLIP-OpenAI-ViT-B/32'"
-        )
+    better = f"{arch}-quickgelu" if tag_qg else arch.removesuffix("-quickgelu")
+    if open_clip.get_model_config(better) is None:
+        hint = "use a -quickgelu architecture" if tag_qg else "use the architecture without -quickgelu"
     else:
-        msg = (
-            f"open_clip weights {arch}:{tag} were trained with GELU but architecture {arch!r} uses QuickGELU: "
-            f"use {arch.removesuffix('-quickgelu')!r}"
-        )
+        zoo = paper_name(better, tag)
+        hint = f"load {better!r} with pretrained {tag!r}" + (f", or the zoo name {zoo!r}" if zoo else "")
+    if tag_qg:
+        msg = (f"open_clip weights {arch}:{tag} were trained with QuickGELU but architecture {arch!r} uses GELU, "
+               f"which silently costs about 3 points of accuracy (ViT-B/32): {hint}")
+    else:
+        msg = f"open_clip weights {arch}:{tag} were trained with GELU but architecture {arch!r} uses QuickGELU: {hint}"
     warnings.warn(msg, QuickGELUWarning, stacklevel=3)
     return False
 
@@ -236,10 +232,9 @@ def apply_checkpoint(model: torch.nn.Module, checkpoint: Checkpoint, arch: str) 
     except RuntimeError as exc:
         said = checkpoint.metadata.get("arch")
         hint = f" (the file's metadata says arch {said!r})" if said else ""
-        first = str(exc).splitlines()
         raise ModelError(
             f"weights in {checkpoint.path} do not fit open_clip architecture {arch!r}{hint}: "
-            f"{' '.join(first[:3])[:600]}. Pass the architecture the weights were saved from."
+            f"{state_mismatch(state, model.state_dict())}; pass the architecture the weights were saved from"
         ) from exc
     finally:
         checkpoint.release()

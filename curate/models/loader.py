@@ -77,7 +77,8 @@ def _same_model(a: str, b: str) -> bool:
         pa, pb = parse_model_name(a), parse_model_name(b)
     except ModelNotFoundError:
         return a == b
-    return (pa[0], pa[1].replace("/", "-")) == (pb[0], pb[1].replace("/", "-"))
+    arch_a, arch_b = (p[1].partition("#")[0] if p[0] == "timm" else p[1] for p in (pa, pb))  # timm: options aside
+    return (pa[0], arch_a.replace("/", "-")) == (pb[0], arch_b.replace("/", "-"))
 
 
 def load_model(

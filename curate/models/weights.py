@@ -28,7 +28,7 @@ import os
 import pickle
 import warnings
 import zipfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -203,22 +203,17 @@ def resolve_weights(source: WeightsSource) -> Path:
     fixes: list[str] = []
     if source.hf_repo:
         fn = source.hf_filenames[-1]
-        fixes.append(
-            f"hf download {source.hf_repo} {fn} --local-dir {local / source.hf_repo}   "
-            f"(or copy a Hugging Face cache holding it to {hf_hub_cache_dir()})"
-        )
+        fixes.append(f"hf download {source.hf_repo} {fn} --local-dir {local / source.hf_repo}")
+        fixes.append(f"copy a Hugging Face cache that holds it to {hf_hub_cache_dir()}")
     if source.url:
         where = source.url_dirs[0] if source.url_dirs else local
         fixes.append(f"download {source.url} into {where}/ (or {local}/)")
     fixes.append('pass the file itself: load_model(name, pretrained="/path/to/weights")')
-    message = (
-        f"weights for {source.label} are not on this machine ({' / '.join(missing) or 'no file'} "
-        "missing) and curate never downloads weights. Looked in:\n  - "
-        + "\n  - ".join(searched)
-        + "\nTo fix, on a machine with internet, either:\n  - "
-        + "\n  - ".join(fixes)
-    )
-    raise WeightsNotFoundError(message, missing=missing, searched=searched)
+    headline = (f"weights for {source.label} are not on this machine ({' / '.join(missing) or 'no file'} missing); "
+                "curate never downloads weights")
+    details = ["looked in:", *(f"  - {place}" for place in searched),
+               "to fix, on a machine with internet, either:", *(f"  - {fix}" for fix in fixes)]
+    raise WeightsNotFoundError(headline, missing=missing, searched=searched, details=details)
 
 
 def open_clip_weights_source(arch: str, tag: str, cfg: Mapping[str, Any]) -> WeightsSource:
@@ -365,9 +360,10 @@ class Checkpoint:
                 f"with torch.load(weights_only=True) only. Re-save just the state dict. ({exc})"
             ) from exc
         except Exception as exc:  # torch raises many types on junk (IndexError, RuntimeError, ...)
+            reason = " ".join(str(exc).split()).split(". ")[0].rstrip(". ") or type(exc).__name__  # its first sentence
             raise ModelError(
-                f"could not read weights file {path} (truncated or not a weights file?): {exc}. "
-                "Delete it and fetch it again, or check the path."
+                f"could not read weights file {path} (truncated or not a weights file?): {reason}; "
+                "delete it and fetch it again, or check the path"
             ) from exc
         state: Any = obj
         if isinstance(obj, Mapping):
@@ -392,3 +388,29 @@ def checkpoint_arch(checkpoint: Checkpoint) -> str | None:
     """The architecture a weights file says it belongs to (``curate.arch``), if any."""
     arch = checkpoint.metadata.get("arch")
     return str(arch) if arch else None
+
+
+def _prefixes(keys: Sequence[str], limit: int = 5) -> str:
+    """The first dotted parts of ``keys``, in order of first use, at most ``limit`` (then ``...``)."""
+    seen = list(dict.fromkeys(k.split(".")[0] for k in keys))
+    return ", ".join(seen[:limit]) + (", ..." if len(seen) > limit else "")
+
+
+def state_mismatch(file_state: Mapping[str, Any], model_state: Mapping[str, Any]) -> str:
+    """One line saying how a weights file's tensors differ from what a model expects.
+
+    Names: the file's count and prefixes (first dotted parts) and two sample keys beside the
+    model's, when their names differ (another library's keys, e.g. EfficientNet-PyTorch's
+    ``_conv_stem`` for timm's ``conv_stem``); else the first tensor whose shape differs."""
+    file_keys, model_keys = list(file_state), list(model_state)
+    missing = [k for k in model_keys if k not in file_state]
+    unexpected = [k for k in file_keys if k not in model_state]
+    if missing or unexpected:
+        shared = len(file_keys) - len(unexpected)
+        return (f"the file's {len(file_keys)} tensors are named {_prefixes(file_keys)} (e.g. {file_keys[0]}), the "
+                f"model's {len(model_keys)} {_prefixes(model_keys)} (e.g. {model_keys[0]}); {shared} names match")
+    for key in model_keys:
+        want, got = tuple(getattr(model_state[key], "shape", ())), tuple(getattr(file_state[key], "shape", ()))
+        if want != got:
+            return f"the names match but {key} is {list(got)} in the file and {list(want)} in the model"
+    return "the file's tensors match the model's names and shapes"

@@ -16,7 +16,8 @@ and ``--postprocess`` write them, :func:`with_options`) are a preset name and/or
 preset's value. An existing file is a ``PATH`` whole (so a path may hold ``#``); else the text
 is split at its last ``#``. Without a preset in the options, the file's name picks one when it
 is a name ``rembg`` saves (:data:`FILE_PRESETS`: ``u2net.onnx``, ``isnet-general-use.onnx``,
-``birefnet-general.onnx``, ...); a file with neither a preset nor all four values is refused.
+``birefnet-general.onnx``, ...); a file with neither a preset nor all four values is refused,
+naming its input shape and the presets that feed it (:func:`input_shape`, :func:`presets_for_shape`).
 
 Presets (:data:`PRESETS`, the values of rembg's sessions, ``rembg/sessions/*.py``):
 
@@ -97,7 +98,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from PIL import Image
 
 __all__ = ["OUTPUTS", "PRESETS", "FILE_PRESETS", "Preprocessing", "SalientSpec", "SalientProposer", "InputPlan",
-           "parse_salient_spec", "with_options", "preset_for_file", "preprocess", "output_map", "proposal_from_map",
+           "parse_salient_spec", "with_options", "preset_for_file", "input_shape", "presets_for_shape", "preprocess",
+           "output_map", "proposal_from_map",
            "open_session", "check_model", "salient_model_id", "load", "identity"]
 
 logger = logging.getLogger(__name__)
@@ -246,15 +248,51 @@ def parse_salient_spec(spec: str | MaskModelSpec) -> SalientSpec:
     if preset is None:
         missing = [k for k in _KEYS if k not in values]
         if missing:
+            shape = input_shape(path)
+            fit = presets_for_shape(shape) if shape else list(PRESETS)
+            which = (f"preset {fit[0]} feeds" if len(fit) == 1 else f"presets {', '.join(fit)} feed" if fit
+                     else "no preset feeds")
+            said = (f"its input is {_shape_text(shape)}, which {which} (docs/masks.md says where each preset's file "
+                    "comes from); " if shape else "")
             raise MaskSpecError(f"mask model {text!r}: no preset for {path.name!r} (not a file name rembg uses) and "
-                                f"no {', '.join(missing)}; give --preset {'|'.join(PRESETS)}, or all of --input-size, "
-                                "--mean, --std and --postprocess")
+                                f"no {', '.join(missing)}; {said}give "
+                                f"{'--preset ' + '|'.join(fit) + ', or ' if fit else ''}all of --input-size, --mean, "
+                                "--std and --postprocess")
         base = Preprocessing(values["size"], values["mean"], values["std"], values["output"])
     else:
         base = PRESETS[preset]
     prep = Preprocessing(values.get("size", base.size), values.get("mean", base.mean), values.get("std", base.std),
                          values.get("output", base.output))
     return SalientSpec(path, preset, prep, text, from_file_name=preset is not None and not named)
+
+
+def input_shape(path: str | Path) -> list[Any] | None:
+    """The first input's shape of an ONNX file (``[N, 3, H, W]``, a free dimension as a name or
+    None), read by ONNX Runtime on the CPU; None when the file is absent or does not load."""
+    path = Path(path).expanduser()
+    if not path.is_file():
+        return None
+    try:
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.log_severity_level = 3
+        inputs = ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"]).get_inputs()
+    except Exception:  # noqa: BLE001 - no ONNX Runtime, or not a model: nothing to read
+        return None
+    return _dims(inputs[0].shape) if inputs else None
+
+
+def presets_for_shape(shape: Sequence[Any]) -> list[str]:
+    """The presets whose input size a model of input ``shape`` takes: those of its fixed ``H x W``,
+    every preset when height or width is free, none when it is not an image input (rank 4, 3 channels)."""
+    dims = list(shape)
+    if len(dims) != 4 or (isinstance(dims[1], int) and dims[1] > 0 and dims[1] != 3):
+        return []
+    h, w = dims[2], dims[3]
+    if not (isinstance(h, int) and h > 0 and isinstance(w, int) and w > 0):
+        return list(PRESETS)
+    return [name for name, prep in PRESETS.items() if prep.size == (h, w)]
 
 
 def with_options(model: str, *, preset: str | None = None, input_size: str | None = None, mean: str | None = None,
