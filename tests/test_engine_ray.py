@@ -110,6 +110,38 @@ def test_actors_that_cannot_start_stop_the_run_with_a_clear_error(cluster) -> No
     assert "\n" not in str(error.value)
 
 
+def test_the_bounded_waits_from_the_cli(world) -> None:
+    """Issue 47: ``--ray-release-wait`` and ``--ray-start-timeout`` (defaults in ``--help``) reach
+    the engine of whatever stage the verb runs (:func:`curate.engine.ray_waits`): ``evaluate
+    --ray-start-timeout 0.01`` stops with the one-line start error naming that bound, and the
+    actors it was starting are released (the instance's 2 CPUs free again; they kept starting
+    before); either flag without ``--engine ray`` is a usage error."""
+    from curate.cli import main
+    from curate.engine import make_engine, ray_waits
+
+    ds, spec = world
+    runner = CliRunner()
+    shown = " ".join(runner.invoke(main, ["evaluate", "--help"]).output.split())
+    assert "--ray-release-wait SECONDS" in shown and "[default: (30 s); x>=0]" in shown, shown
+    assert "--ray-start-timeout SECONDS" in shown and "[default: (600 s); x>0]" in shown, shown
+    base = ["evaluate", str(ds.root), "--model", spec.name, "--pretrained", spec.pretrained, "--bootstrap", "10",
+            "--device", "cpu", "--no-cache", "--run-name", "waits"]
+    local = runner.invoke(main, [*base, "--ray-release-wait", "5"])
+    assert local.exit_code == 2 and "--ray-release-wait and --ray-start-timeout need --engine ray" in local.output
+    result = runner.invoke(main, [*base, "--engine", "ray", "--ray-start-timeout", "0.01", "--ray-release-wait", "7"])
+    assert result.exit_code == 1, result.output
+    assert "within 0.01 s" in result.output and "raise --ray-start-timeout" in result.output, result.output
+    deadline = time.monotonic() + 30
+    while ray.available_resources().get("CPU", 0) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert ray.available_resources().get("CPU", 0) == 2
+    with ray_waits(release_wait_s=7):
+        engine = make_engine("ray")
+        assert (engine.release_wait_s, engine.start_timeout_s) == (7, 600)
+        assert make_engine("ray", release_wait_s=1).release_wait_s == 1
+    assert make_engine("ray").release_wait_s == 30
+
+
 def _cache(ds, model):
     from curate.features import FeatureCache
 

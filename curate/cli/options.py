@@ -8,8 +8,9 @@
   ``--overwrite``, in every verb, before any work; docs/design.md#run-folders);
 - :func:`batch_options`: ``--batch-size`` and ``--workers``;
 - :func:`lvlm_options`: ``--question``, ``--answer-template`` and ``--token-env`` (LVLMs);
-- :func:`engine_options`: ``--engine local|ray``, ``--ray-address`` and ``--gpus-per-worker``
-  (with ``--engine ray``, ``--workers`` counts model actors);
+- :func:`engine_options`: ``--engine local|ray``, ``--ray-address``, ``--gpus-per-worker``, and the Ray
+  engine's bounded waits ``--ray-release-wait`` / ``--ray-start-timeout`` (with ``--engine ray``,
+  ``--workers`` counts model actors);
 - :func:`mask_trust_option`: ``--allow-model-masks`` (every verb whose numbers read object masks:
   explain, fidelity, audit, collect composite; :mod:`curate.masks.sources`);
 - :class:`UserPath`: the type of every path option and argument (``click.Path`` that expands
@@ -19,6 +20,7 @@ Each is a decorator; the verb receives the options as keyword arguments of the s
 """
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -170,8 +172,22 @@ def lvlm_options(func: Callable) -> Callable:
 
 
 def engine_options(func: Callable) -> Callable:
-    """``--engine local|ray``, ``--ray-address`` and ``--gpus-per-worker`` (curate.engine)."""
-    return _apply(func, [
+    """``--engine local|ray``, ``--ray-address``, ``--gpus-per-worker`` (curate.engine) and the Ray
+    engine's two bounded waits, ``--ray-release-wait`` and ``--ray-start-timeout``: the verb runs
+    within :func:`curate.engine.ray_waits` of them (every stage's Ray engine then waits so), and
+    does not receive them."""
+    from curate.engine import RAY_RELEASE_WAIT_S, RAY_START_TIMEOUT_S
+
+    @functools.wraps(func)
+    def verb(*args: Any, ray_release_wait: float | None, ray_start_timeout: float | None, **kwargs: Any) -> Any:
+        from curate.engine import ray_waits
+
+        if kwargs.get("engine") != "ray" and (ray_release_wait is not None or ray_start_timeout is not None):
+            raise click.UsageError("--ray-release-wait and --ray-start-timeout need --engine ray")
+        with ray_waits(release_wait_s=ray_release_wait, start_timeout_s=ray_start_timeout):
+            return func(*args, **kwargs)
+
+    return _apply(verb, [
         click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
                      help="Where images are encoded: this process, or Ray Data (CPU decode tasks, a model actor "
                           "pool; same cache and results). With ray, --workers is the number of model actors."),
@@ -179,6 +195,14 @@ def engine_options(func: Callable) -> Callable:
                      help="Ray cluster to use with --engine ray (default: start a local Ray instance for the run)."),
         click.option("--gpus-per-worker", type=float, default=0.0, show_default=True,
                      help="GPUs per model actor with --engine ray (0: the actors run on CPU)."),
+        click.option("--ray-release-wait", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
+                     show_default=f"{RAY_RELEASE_WAIT_S:g} s",
+                     help="With --engine ray, after a lost node: how long the retry waits for the failed pipeline's "
+                          "CPUs to be freed before it plans on what is free (then an error naming what holds them)."),
+        click.option("--ray-start-timeout", type=click.FloatRange(min=0, min_open=True), default=None,
+                     metavar="SECONDS", show_default=f"{RAY_START_TIMEOUT_S:g} s",
+                     help="With --engine ray: how long a pipeline waits for its model actors to start (model "
+                          "loaded) before its first batch (then an error naming the actors and free CPUs)."),
     ])
 
 

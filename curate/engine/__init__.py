@@ -11,17 +11,49 @@ neither torch nor Ray.
 """
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from contextvars import ContextVar
 from typing import Any
 
-__all__ = ["ENGINES", "make_engine"]
+__all__ = ["ENGINES", "RAY_RELEASE_WAIT_S", "RAY_START_TIMEOUT_S", "make_engine", "ray_waits"]
 
 ENGINES = ("local", "ray")
+#: the Ray engine's default ``release_wait_s``: seconds a retry after a lost node waits for the
+#: failed pipeline's CPUs to be freed before it plans for what is free (``--ray-release-wait``)
+RAY_RELEASE_WAIT_S = 30.0
+#: the Ray engine's default ``start_timeout_s``: seconds a pipeline waits for its model actors to
+#: start (model loaded) before the first batch (``--ray-start-timeout``)
+RAY_START_TIMEOUT_S = 600.0
+
+#: the Ray engine's two bounded waits for engines made in this context (:func:`ray_waits`)
+_RAY_WAITS: ContextVar[tuple[tuple[str, float], ...]] = ContextVar("curate_ray_waits", default=())
+
+
+@contextlib.contextmanager
+def ray_waits(*, release_wait_s: float | None = None, start_timeout_s: float | None = None) -> Iterator[None]:
+    """Within the block, every Ray engine :func:`make_engine` builds without its own values waits
+    ``release_wait_s`` (after a lost node, for the failed pipeline's CPUs) and ``start_timeout_s``
+    (for a pipeline's actors to start); None keeps the engine's default (:data:`RAY_RELEASE_WAIT_S`,
+    :data:`RAY_START_TIMEOUT_S`).
+    The CLI's ``--ray-release-wait`` and ``--ray-start-timeout`` set them for the verb, whatever
+    stage it runs."""
+    waits = {k: v for k, v in (("release_wait_s", release_wait_s), ("start_timeout_s", start_timeout_s))
+             if v is not None}
+    token = _RAY_WAITS.set(tuple({**dict(_RAY_WAITS.get()), **waits}.items()))
+    try:
+        yield
+    finally:
+        _RAY_WAITS.reset(token)
 
 
 def make_engine(name: str = "local", *, workers: int | None = None, ray_address: str | None = None,
-                gpus_per_worker: float = 0.0) -> Any:
+                gpus_per_worker: float = 0.0, release_wait_s: float | None = None,
+                start_timeout_s: float | None = None) -> Any:
     """The engine called ``name``: ``local`` (``workers`` = decoding processes) or ``ray``
-    (``workers`` = model actors, default 1; ``ray_address`` None starts a local instance)."""
+    (``workers`` = model actors, default 1; ``ray_address`` None starts a local instance;
+    ``release_wait_s`` and ``start_timeout_s``: its bounded waits, else those of
+    :func:`ray_waits`, else its defaults)."""
     if name == "local":
         if ray_address or gpus_per_worker:
             raise ValueError("--ray-address and --gpus-per-worker need --engine ray")
@@ -34,7 +66,10 @@ def make_engine(name: str = "local", *, workers: int | None = None, ray_address:
 
         if ray_address:  # a dead address fails now, before a stage opens the folder or loads a model
             check_address(ray_address)
-        return RayEngine(ray_address, workers=workers or 1, gpus_per_worker=gpus_per_worker)
+        waits = dict(_RAY_WAITS.get())
+        return RayEngine(ray_address, workers=workers or 1, gpus_per_worker=gpus_per_worker,
+                         release_wait_s=waits.get("release_wait_s") if release_wait_s is None else release_wait_s,
+                         start_timeout_s=waits.get("start_timeout_s") if start_timeout_s is None else start_timeout_s)
     raise ValueError(f"--engine must be one of {', '.join(ENGINES)}, got {name!r}")
 
 

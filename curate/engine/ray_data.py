@@ -30,16 +30,21 @@ the run stalls). Instead, when the run fails with a node or actor loss (``ActorD
 the actors again for the nodes still alive and runs a new pipeline over the batches not yet
 returned, up to ``retries`` times: batches already returned are never encoded again; those in
 flight on the lost node are encoded once more, their first results never having arrived.
-The retry fits what the nodes left can give (:func:`plan_actors`): each actor keeps the CPU
-share the first plan gave it, so a smaller cluster runs fewer actors (two 1-CPU nodes, 2
-workers, one node lost: 1 actor of 0.5 CPU, not 2 of 0.25), counted against the CPUs free
-once the failed pipeline's actors are gone (waiting ``release_wait_s`` at most); every model
-actor enrols in a registry with its pipeline's number, and one of a failed pipeline that
-enrols late (it was still starting when the pipeline failed) is killed there, so it cannot
-keep a CPU the retry's decode tasks need. When not even one actor fits, or a pipeline's actors
-do not start within ``start_timeout_s``, the run stops with a one-line error that says what
-the nodes have and what to do (:class:`RayNodeLostError`, :class:`RayActorStartError`), never
-a silent wait. When no retry is left, :class:`RayNodeLostError` names the lost nodes and what
+Before the retry plans, everything the failed pipeline holds on the nodes left is released
+(:meth:`RayEngine._release`, issue 47): its Ray Data execution is collected (one that failed
+while starting keeps its actor handles in a reference cycle), the model actors it enrolled are
+killed, and what Ray's own state (:mod:`curate.engine.ray_state`: the actor and placement
+group tables) still shows of this job since the run began is killed or removed; every model
+actor enrols in a registry with its pipeline's number, and one of a failed pipeline that enrols
+late (it was still starting when the pipeline failed) is killed there. The retry fits what the
+nodes left have free then (:func:`plan_actors`, waiting ``release_wait_s`` at most for Ray to
+show the CPUs free): each actor keeps the CPU share the first plan gave it, so a smaller
+cluster runs fewer actors (two 1-CPU nodes, 2 workers, one node lost: 1 actor of 0.5 CPU, not
+2 of 0.25). When not even one actor fits, the run stops with a one-line
+:class:`RayNodeLostError` naming what holds the CPUs (actors, tasks and placement groups with
+their owner's job and driver: :func:`curate.engine.ray_state.cpu_holders`); when a pipeline's
+actors do not start within ``start_timeout_s``, with :class:`RayActorStartError`; never a
+silent wait (both waits: ``--ray-release-wait``, ``--ray-start-timeout``). When no retry is left, :class:`RayNodeLostError` names the lost nodes and what
 to do; what the caller has already received is kept (the feature cache's shards), so the next
 run encodes only the rest.
 
@@ -51,6 +56,7 @@ promise order; results that arrive early wait in a dict until their turn).
 """
 from __future__ import annotations
 
+import gc
 import logging
 import math
 import pickle
@@ -63,6 +69,7 @@ from typing import Any
 
 import numpy as np
 
+from curate.engine import RAY_RELEASE_WAIT_S, RAY_START_TIMEOUT_S
 from curate.engine.base import BatchJob, BatchOutput, EncodeJob, batches_of
 
 logger = logging.getLogger(__name__)
@@ -77,11 +84,12 @@ MIN_NODE_CPUS = 2 * DECODE_CPUS
 #: seconds to wait, after a loss, for Ray's control store to mark the node dead
 NODE_DEATH_WAIT_S = 30.0
 #: default ``release_wait_s``: seconds a retry waits for the CPUs of the failed pipeline's actors
-#: and tasks to be released before it plans for what is free
-RELEASE_WAIT_S = 30.0
+#: and tasks to be released before it plans for what is free (``--ray-release-wait``)
+RELEASE_WAIT_S = RAY_RELEASE_WAIT_S
 #: default ``start_timeout_s``: seconds a pipeline waits for all its actors (model loaded) before
 #: the first batch; then :class:`RayActorStartError` instead of a run that waits forever
-ACTOR_START_TIMEOUT_S = 600
+#: (``--ray-start-timeout``)
+ACTOR_START_TIMEOUT_S = RAY_START_TIMEOUT_S
 
 
 class RayNodeLostError(RuntimeError):
@@ -301,6 +309,54 @@ def _kill_registered(registry: Any, next_attempt: int) -> int:
     return len(actors)
 
 
+#: the class names Ray Data gives this engine's model actors (``MapWorker(MapBatches(_Encode))``)
+_MODEL_ACTORS = ("MapBatches(_Encode)", "MapBatches(_RunJob)")
+
+
+class _Owned:
+    """This job's actors and placement groups when a run began (Ray's state,
+    :mod:`curate.engine.ray_state`), so that what its failed pipelines left can be told apart
+    from the rest of the driver's (a notebook's own actors are never touched)."""
+
+    def __init__(self, job: str, actor_ids: set[str], group_ids: set[str]) -> None:
+        self.job, self.actor_ids, self.group_ids = job, actor_ids, group_ids
+        self.killed: set[str] = set()
+
+    @classmethod
+    def now(cls) -> _Owned | None:
+        """The snapshot now; None when Ray's tables cannot be read (the registry still frees actors)."""
+        from curate.engine.ray_state import actors, job_id, placement_groups
+
+        try:
+            job = job_id()
+            return cls(job, {a.actor_id for a in actors(job)}, {g["id"] for g in placement_groups() if g["job"] == job})
+        except Exception as error:  # noqa: BLE001 - e.g. Ray Client, whose driver has no GCS accessor
+            logger.debug("Ray engine: Ray's actor table cannot be read here (%s)", error)
+            return None
+
+    def release(self) -> int:
+        """Kill the model actors of this job created since the snapshot that still hold resources,
+        and remove its placement groups created since; the number of actors killed now."""
+        from curate.engine.ray_state import actors, kill_actor, placement_groups, remove_group
+
+        try:
+            left = [a.actor_id for a in actors(self.job) if a.actor_id not in self.actor_ids | self.killed
+                    and a.state != "DEAD" and any(m in a.class_name for m in _MODEL_ACTORS)]
+            groups = [g["id"] for g in placement_groups() if g["job"] == self.job and g["id"] not in self.group_ids]
+        except Exception as error:  # noqa: BLE001 - the retry's wait and its error still say what is held
+            logger.debug("Ray engine: Ray's tables cannot be read (%s)", error)
+            return 0
+        self.killed.update(left)
+        self.group_ids.update(groups)
+        for release, ids in ((kill_actor, left), (remove_group, groups)):
+            for i in ids:
+                try:
+                    release(i)
+                except Exception as error:  # noqa: BLE001 - already gone (with its node)
+                    logger.debug("Ray engine: %s not released: %s", i, error)
+        return len(left)
+
+
 def _node_id() -> str:
     """The id of the Ray node this code runs on."""
     import ray
@@ -503,12 +559,36 @@ class RayEngine:
         return plan_actors([n["cpus"] for n in nodes.values()], workers, cpus=cpus,
                            free_cpus=None if free is None else free["CPU"])
 
-    def _replan(self, cpus: float) -> tuple[dict[str, dict[str, Any]], dict[str, float], tuple[int, float]]:
+    def _release(self, registry: Any, next_attempt: int, before: _Owned | None) -> None:
+        """Free what the failed pipelines hold on the nodes left, before the retry plans:
+
+        1. ``gc.collect()``: a pipeline that failed while starting (Ray Data's actor pool waiting
+           for its actors) keeps its actor handles in a reference cycle through the error's
+           traceback, never shut down; collected, Ray destroys those actors (out of scope);
+        2. the actors enrolled in the registry are killed (:func:`_kill_registered`), and from now
+           on one of an earlier pipeline is killed as it enrols;
+        3. what Ray's state still shows of this job, created since the run began (``before``):
+           model actors (``MapBatches(_Encode)``, ``MapBatches(_RunJob)``) killed by id, placement
+           groups removed (:meth:`_Owned.release`); the decode tasks were cancelled by Ray Data's
+           own shutdown of the failed execution.
+
+        :meth:`_replan` then waits, up to ``release_wait_s``, for the CPUs to show as free."""
+        gc.collect()
+        killed = _kill_registered(registry, next_attempt)
+        if before is not None:
+            killed += before.release()
+        logger.debug("Ray engine: killed the %d actor(s) of the failed pipeline", killed)
+
+    def _replan(self, cpus: float, before: _Owned | None = None
+                ) -> tuple[dict[str, dict[str, Any]], dict[str, float], tuple[int, float]]:
         """After a loss: the nodes alive, what they have free and the plan of actors of ``cpus``
         that fits it, waiting up to ``release_wait_s`` while fewer fit than the nodes could hold
-        idle (Ray frees a failed pipeline's actors and tasks asynchronously)."""
+        idle (Ray frees a failed pipeline's actors and tasks asynchronously; a model actor of a
+        failed pipeline that shows up meanwhile, in Ray's actor table, is killed: ``before``)."""
         deadline = time.monotonic() + self.release_wait_s
         while True:
+            if before is not None:
+                before.release()
             nodes, free = _alive_nodes(), _free()
             plan = self._plan(nodes, cpus=cpus, free=free)
             idle = {"CPU": sum(n["cpus"] for n in nodes.values()), "GPU": self.workers * self.gpus_per_worker}
@@ -555,8 +635,9 @@ class RayEngine:
         done: set[int] = set()
         self.batches_by_node = Counter()
         registry = _start_registry() if self.retries else None
+        before = _Owned.now() if self.retries else None
         try:
-            yield from self._attempts(manifests, build, done, registry)
+            yield from self._attempts(manifests, build, done, registry, before)
         finally:
             if registry is not None:
                 import ray
@@ -569,16 +650,17 @@ class RayEngine:
             logger.info("Ray engine: batches per node: %s", dict(self.batches_by_node))
 
     def _attempts(self, manifests: list[dict[str, Any]], build: Callable[[list[dict[str, Any]], int, float, Any], Any],
-                  done: set[int], registry: Any) -> Iterator[tuple[int, dict[str, Any]]]:
+                  done: set[int], registry: Any, before: _Owned | None) -> Iterator[tuple[int, dict[str, Any]]]:
         """The pipelines of :meth:`_execute`: the first, then one per retry, each planned for
-        what the nodes alive have free (:meth:`_replan`) with the first plan's CPUs per actor."""
+        what the nodes alive have free (:meth:`_replan`, after :meth:`_release`) with the first
+        plan's CPUs per actor; ``before``: this job's actors and groups before the first."""
         first_cpus = 0.0
         for attempt in range(self.retries + 1):
             remaining = [m for m in manifests if m["batch"] not in done]
             if not remaining:
                 break
             if attempt:
-                nodes, free, (actors, cpus) = self._replan(first_cpus)
+                nodes, free, (actors, cpus) = self._replan(first_cpus, before)
                 if not actors:
                     raise RayNodeLostError(self._no_room(nodes, free, first_cpus, len(done), len(manifests)))
             else:
@@ -587,7 +669,7 @@ class RayEngine:
                 first_cpus = cpus
             logger.info("Ray engine: %d batch(es) on %d node(s) (%s CPUs), %d actor(s) of %.3g CPU", len(remaining),
                         len(nodes), "+".join(f"{n['cpus']:g}" for n in nodes.values()), actors, cpus)
-            failure = ""
+            failure = not_started = ""
             try:
                 enrol = None if registry is None else (registry, attempt)
                 for rows in _quiet(build)(remaining, actors, cpus, enrol).iter_batches(batch_size=None,
@@ -602,39 +684,51 @@ class RayEngine:
                         yield b, {k: v[i] for k, v in rows.items()}
             except Exception as error:
                 if type(error).__name__ == "GetTimeoutError" and "starting actors" in str(error):
-                    raise RayActorStartError(self._not_started(actors, cpus, nodes, len(done), len(manifests))) from None
-                if not is_node_or_actor_loss(error):
+                    not_started = self._not_started(actors, cpus, nodes, len(done), len(manifests))
+                elif is_node_or_actor_loss(error):
+                    failure = self._failure(error, nodes, attempt, len(done), len(manifests))
+                else:
                     raise
-                # Ray's control store marks a killed node dead after its health checks fail (~10 s):
-                # wait for it when the error points at a node (else the retry plans for a dead node)
-                lost = _lost_since(nodes, NODE_DEATH_WAIT_S if _points_at_node(error) else 1.0)
-                left = len(manifests) - len(done)
-                what = (f"Ray node(s) lost: {_node_names(lost)}" if lost
-                        else "a Ray actor was lost (no node seen dead)")
-                if attempt >= self.retries or not _alive_nodes():
-                    raise RayNodeLostError(
-                        f"{what} ({type(error).__name__}: {str(error).splitlines()[0][:300]}); {len(done)} of "
-                        f"{len(manifests)} batches finished before it and were returned (the feature cache keeps "
-                        f"them), {left} did not; tried {attempt + 1} time(s). Check the cluster (ray status), then "
-                        "run the command again: it encodes only the rest") from error
-                failure = (f"{what} during the run ({type(error).__name__}); {len(done)} of {len(manifests)} batches "
-                           f"done; running the {left} left on the nodes still alive (retry {attempt + 1} of "
-                           f"{self.retries})")
+            if not_started:  # actors still starting would keep their CPUs after the run
+                self._release(registry, attempt + 1, before)
+                raise RayActorStartError(not_started)
             if not failure:
                 break
             logger.warning("%s", failure)
-            killed = _kill_registered(registry, attempt + 1)
-            logger.debug("Ray engine: killed the %d actor(s) of the failed pipeline", killed)
+            self._release(registry, attempt + 1, before)
+
+    def _failure(self, error: BaseException, nodes: dict[str, dict[str, Any]], attempt: int, done: int,
+                 total: int) -> str:
+        """What a lost node or actor (``error``) did to pipeline ``attempt``, said for the log; raises
+        :class:`RayNodeLostError` when no retry is left or no node is."""
+        # Ray's control store marks a killed node dead after its health checks fail (~10 s):
+        # wait for it when the error points at a node (else the retry plans for a dead node)
+        lost = _lost_since(nodes, NODE_DEATH_WAIT_S if _points_at_node(error) else 1.0)
+        what = f"Ray node(s) lost: {_node_names(lost)}" if lost else "a Ray actor was lost (no node seen dead)"
+        if attempt >= self.retries or not _alive_nodes():
+            raise RayNodeLostError(
+                f"{what} ({type(error).__name__}: {str(error).splitlines()[0][:300]}); {done} of {total} batches "
+                f"finished before it and were returned (the feature cache keeps them), {total - done} did not; tried "
+                f"{attempt + 1} time(s). Check the cluster (ray status), then run the command again: it encodes only "
+                "the rest") from error
+        return (f"{what} during the run ({type(error).__name__}); {done} of {total} batches done; running the "
+                f"{total - done} left on the nodes still alive (retry {attempt + 1} of {self.retries})")
 
     def _no_room(self, nodes: dict[str, dict[str, Any]], free: dict[str, float], cpus: float, done: int,
                  total: int) -> str:
         """Why a retry cannot start (:meth:`_replan` found no actor that fits) and what to do."""
+        from curate.engine.ray_state import cpu_holders, describe_holders, job_id
+
         gpus = f" and {self.gpus_per_worker:g} GPU ({free['GPU']:g} free)" if self.gpus_per_worker > 0 else ""
+        try:
+            held = describe_holders(cpu_holders({k: v["cpus"] for k, v in nodes.items()}), job_id())
+        except Exception as error:  # noqa: BLE001 - the message must come out even if Ray's tables cannot be read
+            held = f"unknown (Ray's state could not be read: {type(error).__name__})"
         return (f"after losing a Ray node, the nodes left ({_node_names(nodes)}) have {free['CPU']:g} CPU free after "
-                f"waiting {self.release_wait_s:g} s: not enough for one model actor of {cpus:g} CPU{gpus} plus "
-                f"{DECODE_CPUS:g} CPU for decoding; {done} of {total} batches were returned (the feature cache keeps "
-                "them). Check the cluster (ray status: free CPUs, actors left running), then run the command again "
-                "when it has room (or with more nodes): it encodes only the rest")
+                f"waiting {self.release_wait_s:g} s (--ray-release-wait): not enough for one model actor of {cpus:g} "
+                f"CPU{gpus} plus {DECODE_CPUS:g} CPU for decoding; the CPUs are held by: {held}. {done} of {total} "
+                "batches were returned (the feature cache keeps them). Free those CPUs (ray kill / ray stop on their "
+                "owner) or add nodes, then run the command again: it encodes only the rest")
 
     def _not_started(self, actors: int, cpus: float, nodes: dict[str, dict[str, Any]], done: int, total: int) -> str:
         """Why a pipeline stopped before its first batch (its actors did not start in time) and what to do."""
@@ -642,7 +736,7 @@ class RayEngine:
         return (f"the Ray engine could not start {actors} model actor(s) of {cpus:g} CPU{gpus} within "
                 f"{self.start_timeout_s:g} s on {len(nodes)} node(s) ({_node_names(nodes)}; {_free()['CPU']:g} CPU "
                 "free now): the cluster cannot place them, or loading the model takes longer. Check ray status (free "
-                "CPUs and GPUs, pending actors), then lower --workers, free or add nodes, or raise start_timeout_s; "
+                "CPUs and GPUs, pending actors), then lower --workers, free or add nodes, or raise --ray-start-timeout; "
                 f"{done} of {total} batches were returned (the feature cache keeps them)")
 
     def _run_job(self, job: BatchJob) -> Iterator[Any]:
