@@ -2,13 +2,14 @@
 run it again, and check the result equals an uninterrupted run's: same rows, same quarantine,
 no stray files, nothing downloaded twice (beyond the few downloads in flight at each kill).
 
-And, for every collector that keeps a journal (iNaturalist, its ``--fill``, folder, composite), a
+And, for every collector that keeps a journal (iNaturalist, its ``--fill``, folder, COCO, composite, hub), a
 kill at each commit boundary (issue 45): each run is SIGKILLed the moment it replaces
 ``samples.parquet`` (before the journal and the change log hear of it), the same command again,
 until a run finishes; the folder must equal an uninterrupted run's, with an ``add`` record in
 ``changes.jsonl`` for every row and no temporary file left beside it."""
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -23,8 +24,10 @@ import pytest
 from fake_inat import FakeINat, dataset_signature, make_place_world, make_world
 from fill_helpers import OSTRICH, labelled_world
 from PIL import Image
+from publish_helpers import make_dataset
 
 from curate.collect.synthetic import DEFAULT_CLASSES, WorldSpec, collect_synthetic
+from curate.publish.hub import write_hub_folder
 from curate.store import Dataset, check_dataset
 
 REPO = Path(__file__).resolve().parent.parent
@@ -223,3 +226,26 @@ def test_composite_killed_at_each_commit_equals_uninterrupted(tmp_path: Path) ->
     collect_synthetic(objects, WorldSpec(classes=DEFAULT_CLASSES[:3], per_class=3, image_size=32, seed=3))
     compare_killed(tmp_path, lambda root: ["collect", "composite", str(root), "--objects", str(objects),
                                            "--colors", "red,green", "--seed", "4"])
+
+
+def test_hub_killed_at_each_commit_equals_uninterrupted(tmp_path: Path) -> None:
+    make_dataset(tmp_path / "orig", per_group=2)
+    write_hub_folder(tmp_path / "orig", tmp_path / "pub")
+    compare_killed(tmp_path, lambda root: ["collect", "hub", str(tmp_path / "pub"), str(root), "--batch-size", "4"])
+
+
+def test_coco_killed_at_each_commit_equals_uninterrupted(tmp_path: Path) -> None:
+    images, annotations, listed = tmp_path / "images", [], []
+    images.mkdir()
+    for k in range(1, 7):
+        Image.fromarray(np.random.default_rng(k).integers(0, 255, (30, 40, 3), dtype=np.uint8)).save(images / f"{k}.jpg")
+        listed.append({"id": k, "file_name": f"{k}.jpg", "width": 40, "height": 30, "license": 4})
+        annotations.append({"id": 100 + k, "image_id": k, "category_id": 17 + k % 2, "iscrowd": 0, "area": 80.0,
+                            "bbox": [5, 5, 10, 8], "segmentation": [[5, 5, 15, 5, 15, 13, 5, 13]]})
+    ann = tmp_path / "instances.json"
+    ann.write_text(json.dumps({"images": listed, "annotations": annotations,
+                               "licenses": [{"id": 4, "name": "Attribution License",
+                                             "url": "http://creativecommons.org/licenses/by/2.0/"}],
+                               "categories": [{"id": 17, "name": "cat"}, {"id": 18, "name": "dog"}]}))
+    compare_killed(tmp_path, lambda root: ["collect", "coco", str(root), "--annotations", str(ann),
+                                           "--images-root", str(images), "--categories", "cat,dog"])
