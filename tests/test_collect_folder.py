@@ -87,9 +87,11 @@ def test_unknown_class_folders_fail_before_anything_is_written(tmp_path) -> None
     _image(src / "dragon" / "a.jpg", 1)
     _image(src / "ostrich" / "b.jpg", 2)
     _image(src / "unicorn" / "c.jpg", 3)
+    _image(src / "cat" / "d.jpg", 4)
     with pytest.raises(FolderLayoutError) as info:
         import_folder(src, tmp_path / "ds")
     assert "'dragon'" in str(info.value) and "'unicorn'" in str(info.value) and "Rename" in str(info.value)
+    assert "'cat'" in str(info.value) and "did you mean 'tabby cat' (281), 'tiger cat' (282)" in str(info.value)
     assert not (tmp_path / "ds").exists()
 
 
