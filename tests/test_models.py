@@ -658,3 +658,83 @@ def test_the_missing_weights_error_reads_line_by_line(folder):
     assert len(bullets) >= 8 and len(lines[0]) < 200, result.output
     assert any("hf download timm/resnet18.a1_in1k" in b for b in bullets)
     assert any(b.endswith("pass the file itself: --pretrained /path/to/weights") for b in bullets), result.output
+
+
+# ----------------------------------------------------------------------------- issue 45: classifier speed on CPU
+def _random_statistics(module: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
+    """Batch norms with random running statistics and affine terms (a fresh model's are 0/1: folding them is trivial)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for m in module.modules():
+            if isinstance(m, torch.nn.BatchNorm2d):
+                m.running_mean.copy_(torch.rand(m.running_mean.shape, generator=g) - 0.5)
+                m.running_var.copy_(torch.rand(m.running_var.shape, generator=g) + 0.5)
+                m.weight.copy_(torch.rand(m.weight.shape, generator=g) + 0.5)
+                m.bias.copy_(torch.rand(m.bias.shape, generator=g) - 0.5)
+    return module.eval()
+
+
+@pytest.mark.parametrize("arch", ["test_efficientnet", "test_resnet"])
+def test_batch_norms_fold_into_their_convolutions_without_changing_outputs(arch):
+    import timm
+
+    from curate.models.fold import fold_batchnorm
+
+    module = _random_statistics(timm.create_model(arch))
+    before = {k: v.clone() for k, v in module.state_dict().items()}
+    x = torch.rand(3, 3, 96, 96, generator=torch.Generator().manual_seed(1))
+    folded, count = fold_batchnorm(module, x[:2])
+    norms = sum(isinstance(m, torch.nn.BatchNorm2d) for m in module.modules())
+    left = sum(isinstance(m, torch.nn.BatchNorm2d) for m in folded.modules())
+    assert count > 0 and left == norms - count and folded is not module, (count, norms, left)
+    assert all(torch.equal(before[k], v) for k, v in module.state_dict().items())  # the original is untouched
+    with torch.no_grad():
+        want, got = module(x), folded(x)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4 * float(want.abs().max()))
+
+
+def test_a_batch_norm_whose_convolution_feeds_another_layer_is_not_folded():
+    from curate.models.fold import conv_bn_pairs, fold_batchnorm
+
+    class Shared(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv, self.bn, self.other = torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.Conv2d(4, 4, 1)
+
+        def forward(self, x):
+            y = self.conv(x)
+            return self.bn(y) + self.other(y)  # the convolution's output is used twice: folding would change `other`
+
+    module = _random_statistics(Shared())
+    assert conv_bn_pairs(module) == []
+    assert fold_batchnorm(module, torch.rand(1, 3, 8, 8)) == (module, 0)
+
+
+def test_a_cpu_classifier_encodes_a_folded_channels_last_copy_a_few_images_a_pass():
+    """What makes curate faster than a plain timm loop on a CPU (benchmarks/classifier.py): the
+    outputs are timm's, up to float rounding; gradients still run through the model as built."""
+    import timm
+
+    from curate.engine.images import model_output
+
+    model = load_model("timm:test_efficientnet", seed=3)
+    _random_statistics(model.module)  # as trained weights would have; then the fast copy is made again
+    model = type(model)(module=model.module, model_id=model.model_id, preprocess=model.preprocess,
+                        image_size=model.image_size, device=model.device, precision="fp32")
+    reference = timm.create_model("test_efficientnet")
+    reference.load_state_dict(model.module.state_dict())
+    reference.eval()
+    assert model.folded > 0 and model.info["cpu_inference"]["memory_format"] == "channels_last"
+    assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in model.fast_module.modules())
+    passes = []
+    model.fast_module.register_forward_pre_hook(lambda module, args: passes.append(args[0].shape[0]))
+    x = torch.rand(10, 3, *model.image_size, generator=torch.Generator().manual_seed(2))
+    got = model_output(model, "logits", x)
+    assert passes == [4, 4, 2]  # ClassifierModel.cpu_batch images a pass
+    assert model.fast_module.conv_stem.weight.is_contiguous(memory_format=torch.channels_last)
+    with torch.no_grad():
+        want = reference(x)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4 * float(want.abs().max()))
+    out = model.logits(x[:2], grad=True)  # saliency's path: the module as built, with gradients
+    out[:, 0].sum().backward()
+    assert model.module.conv_stem.weight.grad is not None and passes == [4, 4, 2]
