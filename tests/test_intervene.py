@@ -532,6 +532,21 @@ def test_attribution_of_one_named_run(folder) -> None:
     assert record.models[0].value("background_part") == pytest.approx(2 / 3)
 
 
+def test_attribution_progress_counts_bootstrap_replicates_per_model(folder) -> None:
+    """Issue 46: the bar counts the replicates it draws (n/n_boot per model), not models (``1/1``)."""
+    _write_eval(folder, "shortcut", _shortcut)
+    _write_eval(folder, "blind", lambda row: True)
+    calls: list[tuple[int, int | None, str]] = []
+    attribution(folder, ["shortcut", "blind"], AttributionSettings(n_boot=250),
+                progress=lambda done, total, message="": calls.append((done, total, message)))
+    phases = list(dict.fromkeys(message for _, _, message in calls))
+    assert phases == ["bootstrapping replicates, model 1 of 2", "bootstrapping replicates, model 2 of 2"]
+    for message in phases:
+        counts = [(done, total) for done, total, m in calls if m == message]
+        assert {total for _, total in counts} == {250} and counts[-1] == (250, 250)
+        assert [done for done, _ in counts] == sorted(done for done, _ in counts) and len(counts) >= 3
+
+
 @pytest.mark.parametrize(("settings", "match"), [({"n_boot": 5}, "--bootstrap"), ({"level": 1.0}, "--level"),
                                                 ({"control_threshold": 5.0}, "--control-threshold")])
 def test_attribution_settings_refuse_bad_values(settings, match) -> None:

@@ -46,7 +46,7 @@ interval rule, :func:`curate.metrics.bootstrap.interval_allowed`).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -181,9 +181,11 @@ def _reason(n_easy: int, n_hard: int, values: Mapping[str, float]) -> str:
 
 
 def attribute(table: PhotoTable, *, n_boot: int = 1000, seed: int = 0, level: float = 0.95,
-              chunk: int = 100) -> tuple[list[ClassAttribution], dict[str, float], dict[str, tuple[float, float]], int]:
+              chunk: int = 100, progress: Callable[[int, int], None] | None = None
+              ) -> tuple[list[ClassAttribution], dict[str, float], dict[str, tuple[float, float]], int]:
     """Per-class and overall statistics with paired bootstrap intervals (module docstring).
 
+    ``progress(done, n_boot)`` is called with the replicates drawn so far, once per ``chunk`` of them.
     Returns ``(classes, overall values, overall intervals, classes used for the decomposition)``.
     """
     classes = sorted({int(c) for c in table.classes})
@@ -203,6 +205,8 @@ def attribute(table: PhotoTable, *, n_boot: int = 1000, seed: int = 0, level: fl
             for k, v in _class_stats(drawn["easy"], drawn["hard"]).items():
                 replicates[c][k].append(np.asarray(v, dtype=float))
         done += size
+        if progress is not None:
+            progress(done, n_boot)
     per_class: list[ClassAttribution] = []
     boot = {c: {k: np.concatenate(v) if v else np.full(0, np.nan) for k, v in replicates[c].items()} for c in classes}
     for c in classes:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from curate.interventions.attribution import attribute, photo_table
-from curate.progress import Progress, report
+from curate.progress import Progress, phase
 from curate.runs.attribution import AttributionRun, ClassRow, ModelAttribution
 from curate.runs.base import RunError, iter_runs, write_bytes
 from curate.runs.evaluation import EvaluationRun
@@ -94,7 +94,8 @@ def attribution(dataset: Any, runs: Any = None, settings: AttributionSettings | 
             is refused before any work unless ``overwrite``, an unfinished one (killed) replaced
             (:func:`curate.stages.common.run_stage`).
         overwrite: replace a finished run of that name.
-        progress: :class:`curate.progress.Progress` (phase "bootstrapping").
+        progress: :class:`curate.progress.Progress`: the replicates drawn, ``n_boot`` per model (phase
+            "bootstrapping replicates", ", model i of n" when there are several).
     """
     settings = settings or AttributionSettings()
     ds = open_dataset(dataset)
@@ -104,20 +105,20 @@ def attribution(dataset: Any, runs: Any = None, settings: AttributionSettings | 
     names = ds.label_space.names
     models = []
     for i, run in enumerate(evaluations):
-        report(progress, i, len(evaluations), "bootstrapping")
+        counted = phase(progress, "bootstrapping replicates" + (f", model {i + 1} of {len(evaluations)}"
+                                                                if len(evaluations) > 1 else ""))
         correct = run.correct1_by_sample()
         table = photo_table(variant_rows, correct)
         if not table.photo_ids:
             raise ValueError(f"evaluation run {run.name} scored none of the originals of intervention "
                              f"{intervention.name}: evaluate this folder ({ds.root}), not another")
         classes, overall, overall_ci, used = attribute(table, n_boot=settings.n_boot, seed=settings.seed,
-                                                       level=settings.level)
+                                                       level=settings.level, progress=counted)
         rows = tuple(ClassRow(c.class_index, names[c.class_index], c.n_easy, c.n_hard, c.values, c.intervals,
                               c.reason, _flag(c.values, settings.control_threshold))
                      for c in classes)
         models.append(ModelAttribution(run.name, run.model_label, run.model_id, run.family, run.label_space_name,
                                        run.chance, overall, overall_ci, used, rows))
-    report(progress, len(evaluations), len(evaluations), "bootstrapping")
     record = AttributionRun(intervention={
         "run": intervention.name, "source_name": intervention.source.get("name"),
         "source_root": intervention.source.get("root"), "split": intervention.source.get("split"),
