@@ -2,7 +2,7 @@
 run it again, and check the result equals an uninterrupted run's: same rows, same quarantine,
 no stray files, nothing downloaded twice (beyond the few downloads in flight at each kill).
 
-And, for every collector that keeps a journal (iNaturalist, its ``--fill``, folder, COCO, composite, hub), a
+And, for every collector that keeps a journal (iNaturalist, its ``--fill``, folder, COCO, composite, hub, FiftyOne), a
 kill at each commit boundary (issue 45): each run is SIGKILLed the moment it replaces
 ``samples.parquet`` (before the journal and the change log hear of it), the same command again,
 until a run finishes; the folder must equal an uninterrupted run's, with an ``add`` record in
@@ -249,3 +249,12 @@ def test_coco_killed_at_each_commit_equals_uninterrupted(tmp_path: Path) -> None
                                "categories": [{"id": 17, "name": "cat"}, {"id": 18, "name": "dog"}]}))
     compare_killed(tmp_path, lambda root: ["collect", "coco", str(root), "--annotations", str(ann),
                                            "--images-root", str(images), "--categories", "cat,dog"])
+
+
+@pytest.mark.slow  # ~100 s: each of its runs imports FiftyOne
+def test_fiftyone_killed_at_each_commit_equals_uninterrupted(fo, tmp_path: Path) -> None:
+    from test_collect_fiftyone import make_source  # here: that module imports this one
+
+    dataset = make_source(fo, tmp_path / "media", n=6)
+    compare_killed(tmp_path, lambda root: ["collect", "fiftyone", dataset.name, str(root), "--mask-field", "seg",
+                                           "--field", "note", "--batch-size", "2"])
