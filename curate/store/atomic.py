@@ -205,26 +205,26 @@ def _pid_alive(pid: int) -> bool:
 
 
 def clean_dead_temps(root: Path) -> int:
-    """Remove the temporary files of writers that died (SIGKILL, power cut) from ``root`` and its
-    ``.tmp/``: files named as this module names them (:func:`atomic_write_beside`'s hidden
-    siblings such as ``..curate.filecheck.json.<pid>.<rand>.tmp``, and ``.tmp/`` entries) whose
-    process no longer runs. Needs no lock: a live writer's file is never touched. Returns how many
-    were removed (a read-only folder removes none)."""
+    """Remove the hidden temporary siblings that writers killed mid-write left in ``root`` (the
+    names :func:`atomic_write_beside` gives, e.g. ``..curate.filecheck.json.<pid>.<rand>.tmp``)
+    whose process no longer runs on this host. Needs no lock: a live writer's file is never touched
+    (and a file of a live writer on another host sharing the folder is only a cache's, whose write
+    then fails quietly). ``.tmp/`` is the next writer's to clean, under the lock (:func:`clean_tmp`).
+    Returns how many were removed (a read-only folder removes none)."""
     removed = 0
-    for folder in (root, root / TMP_DIR):
-        try:
-            entries = list(os.scandir(folder))
-        except OSError:
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return 0
+    for entry in entries:
+        match = _TEMP_NAME.match(entry.name)
+        if match is None or not entry.name.startswith(".") or _pid_alive(int(match.group(1))):
             continue
-        for entry in entries:
-            match = _TEMP_NAME.match(entry.name)
-            if match is None or (folder == root and not entry.name.startswith(".")) or _pid_alive(int(match.group(1))):
-                continue
-            try:
-                os.unlink(entry.path)
-                removed += 1
-            except OSError:
-                pass
+        try:
+            os.unlink(entry.path)
+            removed += 1
+        except OSError:
+            pass
     if removed:
         log.info("removed %d temporary file(s) of dead writers in %s", removed, root)
     return removed
