@@ -439,7 +439,7 @@ def _attribution_section(doc: Document, root: Path, out: Path) -> None:
     from curate.interventions.figures import decomposition_png
     from curate.masks.sources import MaskCounts
     from curate.runs import RunError, iter_runs
-    from curate.runs.attribution import DECOMPOSITION_NOTE
+    from curate.runs.attribution import DECOMPOSITION_NOTE, GHOST_NOTE
 
     found = list(iter_runs(root, "attribution"))
     if not found:
@@ -463,6 +463,7 @@ def _attribution_section(doc: Document, root: Path, out: Path) -> None:
                  "chance = one guess among the candidate labels.")
         doc.table(["model", "only-FG", "no-FG", "only-BG", "mixed-same", "mixed-rand", "BG-gap", "RFS", "adversarial",
                    "ghost", "ghost-neutral", "chance"], run.anchor_rows())
+        doc.text(GHOST_NOTE + (" " + run.ghost_advice() + "." if run.ghost_advice() else ""))
         figure = f"decomposition_{run.name}.png"
         write_bytes(out / figure, decomposition_png(run.models))
         doc.image(figure, f"Per class: observed drop D, background part B and the rest (points), run {run.name}")

@@ -466,6 +466,7 @@ def test_cli_attribution_recovers_the_planted_decomposition(folder, pristine, mo
     assert result.exit_code == 0, result.output
     assert "background B" in result.output and "rest D - B" in result.output and "per class" in result.output
     assert "flagged" in result.output and "paste control loses" in result.output
+    assert "next: ghost control flagged" not in result.output  # the paste control flagged, not the ghost's
     record = AttributionRun.load(folder / "runs" / "attribution")
     assert sorted(m.model for m in record.models) == ["blind", "shortcut"]
     groups = Counter((r["class_index"], r["group"]) for r in Dataset.open(pristine).rows())
@@ -503,7 +504,8 @@ def _ghost_reader(row: dict) -> bool:
     return row["group"] == "easy"
 
 
-def test_cli_attribution_prints_the_ghost_control_beside_b_and_flags_the_class_it_carries(folder, monkeypatch) -> None:
+def test_cli_attribution_prints_the_ghost_control_beside_b_and_flags_the_class_it_carries(folder, pristine,
+                                                                                           monkeypatch) -> None:
     _write_eval(folder, "ghostly", _ghost_reader)
     monkeypatch.chdir(folder.parent)
     runner = CliRunner(env={"COLUMNS": "300"})
@@ -521,6 +523,13 @@ def test_cli_attribution_prints_the_ghost_control_beside_b_and_flags_the_class_i
         assert ("ghost control" in row.flag) == ghostly
     assert model.value("ghost_bias") == pytest.approx(1 / 3)  # the mean over the three classes
     assert "ghost control" in (folder / "runs" / "a" / "attribution.md").read_text()
+    # issue 46: what to do about it, and why the ghost's accuracy beside chance says little (one line each)
+    advice = [line for line in result.output.splitlines() if line.startswith("next: ghost control flagged")]
+    assert len(advice) == 1 and "report their B unghosted" in advice[0], result.output
+    assert "--fill box-tile" in advice[0] and "--max-uncovered 0.5" in advice[0] and str(pristine) in advice[0]
+    note = [line for line in result.output.splitlines() if "mean little for a model that reads the background" in line]
+    assert len(note) == 1, result.output
+    assert "--fill box-tile" in (folder / "runs" / "a" / "attribution.md").read_text()
     assert "ghost_bias,ghost_bias_low" in (folder / "runs" / "a" / "attribution.csv").read_text()
 
 

@@ -102,7 +102,7 @@ def attribution_cmd(directory: Path, runs: str | None, intervention: str | None,
     """Split each model's drop on an intervention folder into the background's part and the rest."""
     from rich.table import Table
 
-    from curate.runs.attribution import DECOMPOSITION_NOTE
+    from curate.runs.attribution import DECOMPOSITION_NOTE, GHOST_NOTE
     from curate.stages.attribution import AttributionSettings, attribution
 
     settings = AttributionSettings(intervention=intervention, n_boot=n_boot, seed=seed,
@@ -137,10 +137,13 @@ def attribution_cmd(directory: Path, runs: str | None, intervention: str | None,
                 per_class.add_row(*row)
             out().print(per_class)
     out().print(DECOMPOSITION_NOTE, highlight=False)
+    out().print(GHOST_NOTE, highlight=False)
     from curate.masks.sources import MaskCounts
 
     out().print(MaskCounts.from_dict(record.intervention.get("masks")).line(), highlight=False)
     for model in record.models:
         for row in model.flagged:
             out().print(f"[yellow]flagged[/] {model.model} {row.label}: {row.flag}")
+    if record.ghost_advice():
+        out().print(f"next: {record.ghost_advice()}", highlight=False, markup=False)
     out().print(f"run: {shown(record.run_dir)} (attribution.md, attribution.csv, decomposition.png)", highlight=False)

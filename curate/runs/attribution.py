@@ -29,7 +29,8 @@ from curate.jsonio import write_json
 from curate.runs.base import RunRecord, read_result_json, write_bytes
 from curate.runs.registry import register_run_kind
 
-__all__ = ["STATISTICS", "AttributionRun", "ModelAttribution", "ClassRow", "DECOMPOSITION_NOTE"]
+__all__ = ["STATISTICS", "AttributionRun", "ModelAttribution", "ClassRow", "DECOMPOSITION_NOTE", "GHOST_NOTE",
+           "GHOST_FLAG"]
 
 #: The statistics of a class and of the whole set, in the order tables show them (computed by
 #: :func:`curate.interventions.attribution.attribute`; defined here, below it, since the record stores them).
@@ -49,6 +50,12 @@ DECOMPOSITION_NOTE = (
     "with each hole's bounding box filled, no outline of the donor's object left) what the filled hole adds to B; "
     "ghost / ghost-neutral: how often the model names the class from the donor's filled background alone / with the "
     "object's mask in the mean colour, against chance.")
+#: One line under the anchors' table (docs/interventions.md#the-ghost-control).
+GHOST_NOTE = ("ghost / ghost-neutral beside chance mean little for a model that reads the background: an easy "
+              "background of the class names the class with no outline at all, so a high ghost accuracy can be the "
+              "background and a low one does not clear the hole; read the ghost control (B - B unghosted), not them.")
+#: What a class's flag starts with when the ghost control flagged it (:func:`curate.stages.attribution`).
+GHOST_FLAG = "ghost control:"
 
 
 def _f(x: Any) -> float:
@@ -190,6 +197,23 @@ class AttributionRun(RunRecord):
                 return m
         raise KeyError(f"{run_or_label!r} is not among {[m.run for m in self.models]}")
 
+    def ghost_advice(self) -> str:
+        """What to do when the ghost control flagged a class ('' when it flagged none): report B unghosted,
+        or make the intervention again with a fill that leaves no outline, or with covered donors only."""
+        flagged = sorted({f"{m.model} {c.label}" for m in self.models for c in m.classes if GHOST_FLAG in c.flag})
+        if not flagged:
+            return ""
+        from curate.shell import suggest
+
+        source = self.intervention.get("source_root") or "DIR"
+        split = self.intervention.get("split")
+        again = suggest("curate intervene {src} --out NEW" + (" --split {split}" if split else ""), src=source,
+                        split=split or "")
+        return (f"ghost control flagged {len(flagged)} class(es) ({', '.join(flagged)}): report their B unghosted, "
+                f"or re-run `{again} --fill box-tile` (no outline of the donor's object left) or "
+                f"`{again} --max-uncovered 0.5` (only donors whose hole the object leaves at most half of), then "
+                "evaluate and attribute NEW")
+
     def decomposition_rows(self) -> list[list[str]]:
         """Per model: D, B, rest (points with 95% intervals), the paste control, the ghost control (B - B
         unghosted) and B unghosted, classes used and flagged."""
@@ -243,7 +267,9 @@ class AttributionRun(RunRecord):
                  "Backgrounds Challenge and Hard ImageNet numbers (accuracy in %, RFS in [-1, 1]; chance = one "
                  "guess among the candidate labels):", "",
                  md_table(["model", "only-FG", "no-FG", "only-BG", "mixed-same", "mixed-rand", "BG-gap", "RFS",
-                           "adversarial", "ghost", "ghost-neutral", "chance"], self.anchor_rows())]
+                           "adversarial", "ghost", "ghost-neutral", "chance"], self.anchor_rows()), "", GHOST_NOTE]
+        if self.ghost_advice():
+            parts += ["", self.ghost_advice()]
         for m in self.models:
             parts += ["", f"## {m.model} ({m.label_space})", "",
                       md_table(["class", "easy n", "hard n", "easy", "hard", "D", "B", "rest", "paste control",

@@ -24,7 +24,7 @@ from typing import Any
 
 from curate.interventions.attribution import attribute, photo_table
 from curate.progress import Progress, phase
-from curate.runs.attribution import AttributionRun, ClassRow, ModelAttribution
+from curate.runs.attribution import GHOST_FLAG, AttributionRun, ClassRow, ModelAttribution
 from curate.runs.base import RunError, iter_runs, write_bytes
 from curate.runs.evaluation import EvaluationRun
 from curate.runs.interventions import InterventionRun
@@ -142,7 +142,7 @@ def _flag(values: dict[str, float], threshold: float) -> str:
                      "include paste artefacts")
     ghost_bias = values.get("ghost_bias", math.nan)
     if math.isfinite(ghost_bias) and abs(ghost_bias) > threshold:
-        flags.append(f"ghost control: the donors' filled holes move B by {100 * ghost_bias:+.1f} points (> "
+        flags.append(f"{GHOST_FLAG} the donors' filled holes move B by {100 * ghost_bias:+.1f} points (> "
                      f"{100 * threshold:.0f}); B without the ghost is "
                      f"{100 * values.get('background_part_unghosted', math.nan):+.1f}")
     return "; ".join(flags)
