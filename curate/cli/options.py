@@ -244,14 +244,14 @@ def preprocess_options(func: Callable) -> Callable:
 
     options = [
         click.option("--mean", "prep_mean", default=None, metavar="R,G,B",
-                     help="timm: classifiers only. Per-channel mean of [0, 1] pixels the weights were trained with "
+                     help="Timm classifiers only. Per-channel mean of [0, 1] pixels the weights were trained with "
                           "(default: the architecture's)."),
         click.option("--std", "prep_std", default=None, metavar="R,G,B",
-                     help="timm: classifiers only. Per-channel std of [0, 1] pixels (default: the architecture's)."),
+                     help="Timm classifiers only. Per-channel std of [0, 1] pixels (default: the architecture's)."),
         click.option("--input-size", "prep_size", default=None, metavar="N|HxW",
-                     help="timm: classifiers only. The model's input size, after the resize and centre crop."),
+                     help="Timm classifiers only. The model's input size, after the resize and centre crop."),
         click.option("--interpolation", "prep_interpolation", default=None, type=click.Choice(INTERPOLATIONS),
-                     help="timm: classifiers only. The resize's interpolation (default: the architecture's)."),
+                     help="Timm classifiers only. The resize's interpolation (default: the architecture's)."),
     ]
     return _apply(func, options)
 

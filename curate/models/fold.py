@@ -100,6 +100,8 @@ def fold_batchnorm(module: torch.nn.Module, example: torch.Tensor) -> tuple[torc
     differ from the original's (module docstring)."""
     import torch
 
+    if not any(isinstance(m, torch.nn.BatchNorm2d) for m in module.modules()):
+        return module, 0  # nothing to fold (a ViT): no trace
     try:
         pairs = conv_bn_pairs(module)
     except Exception as error:  # noqa: BLE001 - tracing is best effort: the model then runs as built
