@@ -439,7 +439,7 @@ def _attribution_section(doc: Document, root: Path, out: Path) -> None:
     from curate.interventions.figures import decomposition_png
     from curate.masks.sources import MaskCounts
     from curate.runs import RunError, iter_runs
-    from curate.runs.attribution import DECOMPOSITION_NOTE, GHOST_NOTE
+    from curate.runs.attribution import CLASS_COLUMNS, DECOMPOSITION_COLUMNS, DECOMPOSITION_NOTE, GHOST_NOTE
 
     found = list(iter_runs(root, "attribution"))
     if not found:
@@ -456,9 +456,9 @@ def _attribution_section(doc: Document, root: Path, out: Path) -> None:
         doc.text(f"`{run.name}`: intervention `{source.get('run')}` of `{source.get('source_name')}`, "
                  f"{run.settings.get('n_boot')} paired bootstrap replicates; "
                  f"{MaskCounts.from_dict(source.get('masks')).line()}.{truth} A class is flagged when its paste "
-                 f"control loses, or its ghost control moves B by, more than {100 * run.threshold:.0f} points.")
-        doc.table(["model", "label space", "drop D", "background B", "rest D - B", "paste control", "ghost control",
-                   "B unghosted", "classes", "flagged"], run.decomposition_rows())
+                 f"control loses, or its ghost or fill control moves B by, more than {100 * run.threshold:.0f} "
+                 "points.")
+        doc.table(list(DECOMPOSITION_COLUMNS), run.decomposition_rows())
         doc.text("The anchors' numbers (Xiao et al. 2020; Moayeri et al. 2022): accuracy in %, RFS in [-1, 1], "
                  "chance = one guess among the candidate labels.")
         doc.table(["model", "only-FG", "no-FG", "only-BG", "mixed-same", "mixed-rand", "BG-gap", "RFS", "adversarial",
@@ -469,8 +469,7 @@ def _attribution_section(doc: Document, root: Path, out: Path) -> None:
         doc.image(figure, f"Per class: observed drop D, background part B and the rest (points), run {run.name}")
         for model in run.models:
             doc.text(f"Per class, {model.model} ({model.label_space}):")
-            doc.table(["class", "easy n", "hard n", "easy", "hard", "D", "B", "rest", "paste control", "ghost control",
-                       "B unghosted", "note"], run.class_rows(model))
+            doc.table(list(CLASS_COLUMNS), run.class_rows(model))
 
 
 def vlm_quality_summaries(root: Path) -> tuple[list[Any], list[str]]:

@@ -213,6 +213,47 @@ def test_ghost_control_by_hand() -> None:
     assert math.isnan(without["ghost_bias"]) and math.isnan(without["ghost"])  # no ghost images: no control, no flag
 
 
+def test_fill_control_by_hand() -> None:
+    """Issue 45: the fill control needs no fill. Class 0's hard photos are wrong (originals 0) and right on every
+    swap (B +1), but the two whose swap is covered (nothing filled shows) are wrong there: B covered 0, so the
+    visible fill carries all of B (fill control +1). Class 1: B +1/2 on all swaps and on the covered ones: 0."""
+    rows = [(0, "hard", {"original": 0, "swap": 1, **({"swap-covered": 0} if i < 2 else {})}) for i in range(4)]
+    rows += [(1, "hard", {"original": 0, "swap": s, **({"swap-covered": c} if c is not None else {})})
+             for s, c in ((1, 1), (0, 0), (1, None), (0, None))]
+    table = _table(_cell(0, "easy", [1, 1]) + rows + _cell(1, "easy", [1, 1]))
+    table.covered = np.array([0, 0, 1, 1, 0, 0, 1, 1, 0, 0, 0, 0])
+    classes, overall, overall_ci, _ = attribute(table, n_boot=300, seed=2)
+    first, second = (c.values for c in classes)
+    assert (first["background_part"], first["background_part_covered"], first["fill_bias"]) == (1.0, 0.0, 1.0)
+    assert first["hard_on_easy_covered"] == 0.0
+    assert (second["background_part"], second["background_part_covered"], second["fill_bias"]) == (0.5, 0.5, 0.0)
+    assert [c.n_covered for c in classes] == [2, 2]
+    assert overall["fill_bias"] == pytest.approx(0.5)
+    low, high = classes[0].intervals["fill_bias"]
+    assert low == high == 1.0  # every replicate: B +1 on all swaps, 0 on the covered ones
+    one = _table(_cell(0, "easy", [1, 1]) + [(0, "hard", {"original": 0, "swap": 1, "swap-covered": 1}),
+                                             (0, "hard", {"original": 0, "swap": 1})])
+    lonely = attribute(one, n_boot=50)[0][0]
+    assert lonely.values["fill_bias"] == 0.0 and math.isnan(lonely.intervals["fill_bias"][0])  # one covered photo
+    without = attribute(_table(_cell(0, "easy", [1]) + _cell(0, "hard", [0], [1])), n_boot=20)[0][0].values
+    assert math.isnan(without["fill_bias"]) and math.isnan(without["background_part_covered"])  # no covered swap
+
+
+def test_photo_table_counts_covered_swaps_under_the_bound() -> None:
+    rows = [{"sample_id": "o", "variant": "original", "source_sample_id": "a", "class_index": 0, "group": "hard"}]
+    correct = {"o": False}
+    for i, (uncovered, ok) in enumerate(((0.05, True), (0.2, False), (0.5, True), (None, True))):
+        rows.append({"sample_id": f"s{i}", "variant": "swap", "source_sample_id": "a", "class_index": 0,
+                     "group": "hard", "uncovered": uncovered})
+        correct[f"s{i}"] = ok
+    col = COLUMNS.index("swap-covered")
+    table = photo_table(rows, correct, covered_below=0.2)
+    assert table.values[0, col] == 0.5 and list(table.covered) == [2] and table.covered_swaps(0) == 2
+    tight = photo_table(rows, correct, covered_below=0.1)
+    assert tight.values[0, col] == 1.0 and list(tight.covered) == [1]
+    assert math.isnan(photo_table(rows, correct, covered_below=0.01).values[0, col])
+
+
 # --------------------------------------------------------------------------- photo_table()
 def test_photo_table_joins_variants_with_correctness() -> None:
     rows, correct = [], {}

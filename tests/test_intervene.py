@@ -533,6 +533,54 @@ def test_cli_attribution_prints_the_ghost_control_beside_b_and_flags_the_class_i
     assert "ghost_bias,ghost_bias_low" in (folder / "runs" / "a" / "attribution.csv").read_text()
 
 
+FILL_CLASS = DEFAULT_CLASSES[1].imagenet_index  # its hard objects are right on a swap only where the donor's filled hole shows
+
+
+def test_cli_attribution_fill_control_flags_a_fill_both_fills_carry_and_the_ghost_control_cannot_see(tmp_path,
+                                                                                                   monkeypatch) -> None:
+    """Issue 45: B over the covered swaps (almost nothing filled shows) beside B over all swaps. FILL_CLASS's hard
+    objects are wrong, and right on exactly the swaps whose donor hole shows (uncovered above the bound), with the
+    hole filled or boxed alike: the ghost control (filled against boxed) reads 0, the fill control reads B."""
+    ds = collect_synthetic(tmp_path / "w", WorldSpec(classes=DEFAULT_CLASSES[:2], per_class=24, p=0.5, seed=1,
+                                                     image_size=32))
+    assign_truth_groups(ds)
+    intervene(ds, tmp_path / "out", InterveneSettings(variants="swap"))
+    rows = InterventionRun.of_folder(tmp_path / "out").rows()
+    shares = sorted(r["uncovered"] for r in rows if r["variant"] == "swap" and r["group"] == "hard"
+                    and r["class_index"] == FILL_CLASS)
+    bound = float(np.median(shares))
+    assert sum(u <= bound for u in shares) >= 4 and sum(u > bound for u in shares) >= 4
+
+    def fill_reader(row: dict) -> bool:
+        if row["variant"] == "original":
+            return row["group"] == "easy"
+        if row["variant"] in ("swap", "swap-unghosted") and row["group"] == "hard":
+            return row["class_index"] != FILL_CLASS or row["uncovered"] > bound
+        return row["variant"] not in ("ghost", "ghost-neutral")
+
+    _write_eval(tmp_path / "out", "filly", fill_reader)
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner(env={"COLUMNS": "300"}).invoke(main, ["-q", "attribution", "out", "--bootstrap", "200",
+                                                             "--classes", "--covered-below", f"{bound:.6f}",
+                                                             "--run-name", "a"])
+    assert result.exit_code == 0, result.output
+    assert "fill control" in result.output and "B covered" in result.output and "covered n" in result.output
+    model = AttributionRun.load(tmp_path / "out" / "runs" / "a").model("filly")
+    covered = sum(u <= float(f"{bound:.6f}") for u in shares)
+    for row in model.classes:
+        if row.class_index == FILL_CLASS:
+            assert row.n_covered == covered and row.values["background_part_covered"] == 0.0
+            assert row.values["fill_bias"] == pytest.approx(row.values["background_part"]) and row.values["fill_bias"] > 0.3
+            assert row.intervals["fill_bias"][0] > 0 and row.values["ghost_bias"] == 0.0
+            assert "fill control: the swaps' visible fill moves B by" in row.flag and "ghost control" not in row.flag
+        else:
+            assert row.values["fill_bias"] == 0.0 and row.flag == ""
+    assert f"flagged filly {FILL_CLASS} " in result.output
+    assert "fill_bias,fill_bias_low" in (tmp_path / "out" / "runs" / "a" / "attribution.csv").read_text()
+    assert ",n_covered," in (tmp_path / "out" / "runs" / "a" / "attribution.csv").read_text()
+    assert "fill control" in (tmp_path / "out" / "runs" / "a" / "attribution.md").read_text()
+
+
 def test_attribution_of_one_named_run(folder) -> None:
     _write_eval(folder, "shortcut", _shortcut)
     _write_eval(folder, "blind", lambda row: True)

@@ -7,6 +7,7 @@ import click
 
 from curate.cli import StageProgress, main, out, progress, shown
 from curate.cli.options import UserPath
+from curate.interventions.attribution import COVERED_BELOW
 from curate.interventions.image_ops import FILLS
 from curate.interventions.plan import MATCHES, VARIANTS
 from curate.shell import suggest
@@ -90,31 +91,34 @@ def intervene_cmd(directory: Path, out_dir: Path, split_run: str | None, variant
 @click.option("--bootstrap", "n_boot", type=int, default=1000, show_default=True, help="Paired bootstrap replicates.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap seed.")
 @click.option("--control-threshold", type=float, default=0.05, show_default=True,
-              help="Flag a class whose paste control loses, or whose ghost control moves B by, more than this (a "
-                   "fraction: 0.05 = 5 points).")
+              help="Flag a class whose paste control loses, or whose ghost or fill control moves B by, more than "
+                   "this (a fraction: 0.05 = 5 points; the fill control also needs its interval clear of 0).")
+@click.option("--covered-below", type=float, default=COVERED_BELOW, show_default=True,
+              help="The fill control: B over the hard photos' swaps whose donor hole the object leaves at most this "
+                   "share of uncovered (0-1), beside B over all swaps.")
 @click.option("--classes", "show_classes", is_flag=True, help="Also print the per-class table of each model.")
 @click.option("--run-name", default=None,
               help="Run folder name under DIR/runs/ (default: attribution-<intervention>-<UTC time>).")
 @click.option("--overwrite", is_flag=True, help="Replace a finished run of that name (refused otherwise; an "
               "unfinished one, without config.json, is replaced anyway).")
 def attribution_cmd(directory: Path, runs: str | None, intervention: str | None, n_boot: int, seed: int,
-                    control_threshold: float, show_classes: bool, run_name: str | None, overwrite: bool) -> None:
+                    control_threshold: float, covered_below: float, show_classes: bool, run_name: str | None,
+                    overwrite: bool) -> None:
     """Split each model's drop on an intervention folder into the background's part and the rest."""
     from rich.table import Table
 
-    from curate.runs.attribution import DECOMPOSITION_NOTE, GHOST_NOTE
+    from curate.runs.attribution import CLASS_COLUMNS, DECOMPOSITION_COLUMNS, DECOMPOSITION_NOTE, GHOST_NOTE
     from curate.stages.attribution import AttributionSettings, attribution
 
     settings = AttributionSettings(intervention=intervention, n_boot=n_boot, seed=seed,
-                                   control_threshold=control_threshold)
+                                   control_threshold=control_threshold, covered_below=covered_below)
     names = [r.strip() for r in runs.split(",") if r.strip()] if runs else None
     with progress() as bar:
         record = attribution(directory, names, settings, run_name=run_name, overwrite=overwrite,
                              progress=StageProgress(bar))
     table = Table(title="does the background cause the drop? points, 95% paired bootstrap intervals",
                   title_justify="left", show_edge=False)
-    for column in ("model", "label space", "drop D", "background B", "rest D - B", "paste control", "ghost control",
-                   "B unghosted", "classes", "flagged"):
+    for column in DECOMPOSITION_COLUMNS:
         table.add_column(column)
     for row in record.decomposition_rows():
         table.add_row(*row)
@@ -130,8 +134,7 @@ def attribution_cmd(directory: Path, runs: str | None, intervention: str | None,
     if show_classes:
         for model in record.models:
             per_class = Table(title=f"{model.model} per class", title_justify="left", show_edge=False)
-            for column in ("class", "easy n", "hard n", "easy", "hard", "D", "B", "rest", "paste control",
-                           "ghost control", "B unghosted", "note"):
+            for column in CLASS_COLUMNS:
                 per_class.add_column(column)
             for row in record.class_rows(model):
                 per_class.add_row(*row)

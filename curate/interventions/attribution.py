@@ -24,6 +24,15 @@ object is right on every background of the set, else 0. Within a class c:
   donor's object is left; ``background_part_unghosted`` = hard_on_easy_unghosted - hard, the B
   that remains without the ghost; ``ghost_bias`` = B - background_part_unghosted, what the
   filled hole's outline adds to B (paired: the same photos and donors);
+- the fill control, a control that needs no fill, over c's hard photos with a *covered* swap (one
+  whose ``uncovered`` share of the donor's hole, |hole_d & ~mask_p| / |hole_d|, is at most
+  ``covered_below``: almost nothing filled shows): ``hard_on_easy_covered`` = mean of
+  swap-covered(p) (the photo's covered swaps only); ``background_part_covered`` = mean of
+  swap-covered(p) - original(p), each photo paired with its own original; ``fill_bias`` = B -
+  background_part_covered, what the swaps' visible fill (whatever the fill, boxed or not) adds to
+  B. It also holds how the qualifying objects differ from the rest (they are the ones that cover
+  their donor's hole): a control to read beside the count of covered swaps (``n_covered``), not a
+  correction (docs/interventions.md#the-fill-control);
 - ``only_fg``, ``no_fg``, ``only_bg``, ``mixed_same``, ``mixed_rand``, ``mixed_next``: mean over
   c's photos (both groups pooled); ``bg_gap`` = mixed_same - mixed_rand (Xiao et al. 2020, §3);
 - ``noisy_fg`` / ``noisy_bg``: accuracy with Gaussian noise on the object / on the rest, and
@@ -46,6 +55,7 @@ interval rule, :func:`curate.metrics.bootstrap.interval_allowed`).
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -55,13 +65,17 @@ import numpy as np
 from curate.metrics.bootstrap import allowed_or_nan
 from curate.runs.attribution import STATISTICS
 
-__all__ = ["COLUMNS", "STATISTICS", "DECOMPOSITION", "PhotoTable", "ClassAttribution", "photo_table", "attribute",
+__all__ = ["COLUMNS", "STATISTICS", "DECOMPOSITION", "COVERED_BELOW", "COVERED_STATISTICS", "PhotoTable", "ClassAttribution", "photo_table", "attribute",
            "rfs"]
 
 #: Per-photo value columns (variants), in order.
 COLUMNS: tuple[str, ...] = ("original", "swap", "paste", "only-fg", "no-fg", "only-bg", "mixed-same", "mixed-rand",
                             "mixed-next", "noise-fg", "noise-bg", "adversarial", "ghost", "ghost-neutral",
-                            "swap-unghosted")
+                            "swap-unghosted", "swap-covered")
+#: The default bound on a covered swap's uncovered share of the donor's hole (the fill control).
+COVERED_BELOW = 0.2
+#: Statistics of the fill control: their intervals rest on the covered photos alone.
+COVERED_STATISTICS: tuple[str, ...] = ("hard_on_easy_covered", "background_part_covered", "fill_bias")
 #: Statistics whose overall value is taken over the classes where all three are defined.
 DECOMPOSITION: tuple[str, ...] = ("drop", "background_part", "rest")
 _COL = {name: i for i, name in enumerate(COLUMNS)}
@@ -72,24 +86,34 @@ _POOLED = {"only_fg": "only-fg", "no_fg": "no-fg", "only_bg": "only-bg", "mixed_
 
 @dataclass
 class PhotoTable:
-    """Per photo: id, class, group and one value per :data:`COLUMNS` (NaN: no such image scored)."""
+    """Per photo: id, class, group, one value per :data:`COLUMNS` (NaN: no such image scored) and
+    the number of its scored swaps that are covered (the fill control; None: zero for every photo)."""
 
     photo_ids: list[str]
     classes: np.ndarray  # (n,) int
     groups: np.ndarray  # (n,) object: "easy" | "hard"
     values: np.ndarray  # (n, len(COLUMNS)) float
+    covered: np.ndarray | None = None  # (n,) int
+
+    def covered_swaps(self, class_index: int, group: str = "hard") -> int:
+        """How many scored swaps of one (class, group) cell are covered."""
+        if self.covered is None:
+            return 0
+        return int(self.covered[(self.classes == class_index) & (self.groups == group)].sum())
 
     def cell(self, class_index: int, group: str) -> np.ndarray:
         """The value rows of one (class, group) cell."""
         return self.values[(self.classes == class_index) & (self.groups == group)]
 
 
-def photo_table(variant_rows: Sequence[Mapping[str, Any]], correct: Mapping[str, bool]) -> PhotoTable:
+def photo_table(variant_rows: Sequence[Mapping[str, Any]], correct: Mapping[str, bool], *,
+                covered_below: float = COVERED_BELOW) -> PhotoTable:
     """Join an intervention's variants table with one evaluation's top-1 correctness.
 
     Images the evaluation did not score (a decode failure, a variant made later) are left out;
     a photo whose original was not scored is left out entirely (every difference is taken
-    against it)."""
+    against it). A ``swap`` whose ``uncovered`` share is at most ``covered_below`` also counts as
+    ``swap-covered`` (the fill control)."""
     per_photo: dict[str, dict[str, list[bool]]] = {}
     meta: dict[str, tuple[int, str]] = {}
     for row in variant_rows:
@@ -98,6 +122,9 @@ def photo_table(variant_rows: Sequence[Mapping[str, Any]], correct: Mapping[str,
             continue
         photo = str(row["source_sample_id"])
         per_photo.setdefault(photo, {}).setdefault(str(row["variant"]), []).append(bool(correct[sid]))
+        uncovered = row.get("uncovered")
+        if row["variant"] == "swap" and uncovered is not None and float(uncovered) <= covered_below:
+            per_photo[photo].setdefault("swap-covered", []).append(bool(correct[sid]))
         meta[photo] = (int(row["class_index"]), str(row["group"]))
     ids = sorted(p for p, variants in per_photo.items() if "original" in variants)
     values = np.full((len(ids), len(COLUMNS)), np.nan)
@@ -105,7 +132,8 @@ def photo_table(variant_rows: Sequence[Mapping[str, Any]], correct: Mapping[str,
         for variant, outcomes in per_photo[photo].items():
             values[i, _COL[variant]] = float(all(outcomes)) if variant == "adversarial" else float(np.mean(outcomes))
     return PhotoTable(ids, np.array([meta[p][0] for p in ids], dtype=np.int64),
-                      np.array([meta[p][1] for p in ids], dtype=object), values)
+                      np.array([meta[p][1] for p in ids], dtype=object), values,
+                      np.array([len(per_photo[p].get("swap-covered", ())) for p in ids], dtype=np.int64))
 
 
 def rfs(noisy_bg: float, noisy_fg: float) -> float:
@@ -128,6 +156,14 @@ def _mean(rows: np.ndarray, column: str) -> np.ndarray:
         return np.where(count > 0, total / np.maximum(count, 1), np.nan)
 
 
+def _paired(rows: np.ndarray, first: str, second: str) -> np.ndarray:
+    """Mean over the photo axis of first(p) - second(p), over the photos that have both; NaN where none has."""
+    paired = rows[..., _COL[first]] - rows[..., _COL[second]]
+    count = np.sum(np.isfinite(paired), axis=-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(count > 0, np.nansum(paired, axis=-1) / np.maximum(count, 1), np.nan)
+
+
 def _class_stats(easy: np.ndarray, hard: np.ndarray) -> dict[str, np.ndarray]:
     """Every statistic of one class from its easy and hard value rows (shape (..., n, Q); the
     leading axes are bootstrap replicates)."""
@@ -140,16 +176,16 @@ def _class_stats(easy: np.ndarray, hard: np.ndarray) -> dict[str, np.ndarray]:
     s["rest"] = s["drop"] - s["background_part"]
     s["easy_on_hard"] = _mean(easy, "swap")
     s["background_part_reverse"] = s["easy"] - s["easy_on_hard"]
-    paired = both[..., _COL["original"]] - both[..., _COL["paste"]]
-    count = np.sum(np.isfinite(paired), axis=-1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        s["paste_cost"] = np.where(count > 0, np.nansum(paired, axis=-1) / np.maximum(count, 1), np.nan)
+    s["paste_cost"] = _paired(both, "original", "paste")
     for name, column in _POOLED.items():
         s[name] = _mean(both, column)
     s["ghost"], s["ghost_neutral"] = _mean(hard, "ghost"), _mean(hard, "ghost-neutral")
     s["hard_on_easy_unghosted"] = _mean(hard, "swap-unghosted")
     s["background_part_unghosted"] = s["hard_on_easy_unghosted"] - s["hard"]
     s["ghost_bias"] = s["background_part"] - s["background_part_unghosted"]
+    s["hard_on_easy_covered"] = _mean(hard, "swap-covered")
+    s["background_part_covered"] = _paired(hard, "swap-covered", "original")
+    s["fill_bias"] = s["background_part"] - s["background_part_covered"]
     s["bg_gap"] = s["mixed_same"] - s["mixed_rand"]
     a = (s["noisy_bg"] + s["noisy_fg"]) / 2
     room = 2 * np.minimum(a, 1 - a)
@@ -168,6 +204,7 @@ class ClassAttribution:
     values: dict[str, float]
     intervals: dict[str, tuple[float, float]]
     reason: str = ""
+    n_covered: int = 0  # covered swaps of its hard photos (the fill control)
 
 
 def _reason(n_easy: int, n_hard: int, values: Mapping[str, float]) -> str:
@@ -211,10 +248,12 @@ def attribute(table: PhotoTable, *, n_boot: int = 1000, seed: int = 0, level: fl
     boot = {c: {k: np.concatenate(v) if v else np.full(0, np.nan) for k, v in replicates[c].items()} for c in classes}
     for c in classes:
         n_easy, n_hard = len(cells[c, "easy"]), len(cells[c, "hard"])
+        sizes = {k: [n_easy, n_hard] + ([_covered_photos(cells[c, "hard"])] if k in COVERED_STATISTICS else [])
+                 for k in STATISTICS}
         per_class.append(ClassAttribution(c, n_easy, n_hard, point[c],  # the interval rule: curate.metrics.bootstrap
-                                          {k: allowed_or_nan(_interval(boot[c][k], level), [n_easy, n_hard])
+                                          {k: allowed_or_nan(_interval(boot[c][k], level), sizes[k])
                                            for k in STATISTICS},
-                                          _reason(n_easy, n_hard, point[c])))
+                                          _reason(n_easy, n_hard, point[c]), table.covered_swaps(c)))
     decomposed = [c for c in classes if all(math.isfinite(point[c][k]) for k in DECOMPOSITION)]
     overall: dict[str, float] = {}
     overall_ci: dict[str, tuple[float, float]] = {}
@@ -225,11 +264,19 @@ def attribute(table: PhotoTable, *, n_boot: int = 1000, seed: int = 0, level: fl
             continue
         overall[k] = float(np.mean([point[c][k] for c in use]))
         stacked = np.stack([boot[c][k] for c in use])  # (classes, n_boot)
-        with np.errstate(invalid="ignore"):
+        with np.errstate(invalid="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a replicate where no class has the value: NaN
             overall_ci[k] = allowed_or_nan(_interval(np.nanmean(np.where(np.isfinite(stacked), stacked, np.nan), axis=0)
                                                      if stacked.size else np.full(0, np.nan), level),
-                                           [len(cells[c, g]) for c in use for g in ("easy", "hard")])
+                                           [len(cells[c, g]) for c in use for g in ("easy", "hard")]
+                                           + ([sum(_covered_photos(cells[c, "hard"]) for c in use)]
+                                              if k in COVERED_STATISTICS else []))
     return per_class, overall, overall_ci, len(decomposed)
+
+
+def _covered_photos(rows: np.ndarray) -> int:
+    """How many photos of a cell have a scored covered swap."""
+    return int(np.isfinite(rows[:, _COL["swap-covered"]]).sum())
 
 
 def _interval(values: np.ndarray, level: float) -> tuple[float, float]:

@@ -9,8 +9,8 @@ Files (``runs/<name>/`` of the intervention folder; docs/design.md#interventions
 - ``attribution.json``: per model ``overall`` (each statistic of
   :data:`STATISTICS` with its interval), ``classes_used`` (classes
   in the overall decomposition) and ``classes`` (per class: photo counts, values, intervals,
-  ``reason`` when the decomposition is undefined, ``flag`` when the paste control loses more than
-  the threshold);
+  ``n_covered`` (covered swaps, the fill control), ``reason`` when the decomposition is undefined,
+  ``flag`` when a control is beyond the threshold);
 - ``attribution.md`` / ``attribution.csv``: the tables people read (points, 95% intervals).
 
 Values are fractions in [0, 1] (differences in [-1, 1]); tables print them as points.
@@ -30,7 +30,7 @@ from curate.runs.base import RunRecord, read_result_json, write_bytes
 from curate.runs.registry import register_run_kind
 
 __all__ = ["STATISTICS", "AttributionRun", "ModelAttribution", "ClassRow", "DECOMPOSITION_NOTE", "GHOST_NOTE",
-           "GHOST_FLAG"]
+           "GHOST_FLAG", "DECOMPOSITION_COLUMNS", "CLASS_COLUMNS"]
 
 #: The statistics of a class and of the whole set, in the order tables show them (computed by
 #: :func:`curate.interventions.attribution.attribute`; defined here, below it, since the record stores them).
@@ -38,7 +38,7 @@ STATISTICS: tuple[str, ...] = ("easy", "hard", "drop", "hard_on_easy", "backgrou
                                "background_part_reverse", "paste_cost", "only_fg", "no_fg", "only_bg", "mixed_same",
                                "mixed_rand", "mixed_next", "bg_gap", "noisy_fg", "noisy_bg", "rfs", "adversarial",
                                "ghost", "ghost_neutral", "hard_on_easy_unghosted", "background_part_unghosted",
-                               "ghost_bias")
+                               "ghost_bias", "hard_on_easy_covered", "background_part_covered", "fill_bias")
 #: What the decomposition can and cannot show (tables and the report print it).
 DECOMPOSITION_NOTE = (
     "drop D = easy - hard on the masked photos; background part B = accuracy of the hard objects pasted on easy "
@@ -49,7 +49,17 @@ DECOMPOSITION_NOTE = (
     "says what cutting and pasting alone costs, the ghost control (B - B unghosted: B against B on the same donors "
     "with each hole's bounding box filled, no outline of the donor's object left) what the filled hole adds to B; "
     "ghost / ghost-neutral: how often the model names the class from the donor's filled background alone / with the "
-    "object's mask in the mean colour, against chance.")
+    "object's mask in the mean colour, against chance. The fill control (B - B covered: B against B over the hard "
+    "photos' covered swaps, those whose donor hole the object leaves at most a small share of, each paired with its "
+    "own original) needs no fill: it shows what the visible fill adds to B whatever the fill, mixed with how the "
+    "objects that cover their donors' holes differ from the rest; read it with its count of covered swaps.")
+#: The decomposition table's columns (CLI, attribution.md, the report).
+DECOMPOSITION_COLUMNS: tuple[str, ...] = ("model", "label space", "drop D", "background B", "rest D - B",
+                                          "paste control", "ghost control", "B unghosted", "fill control", "B covered",
+                                          "covered n", "classes", "flagged")
+#: The per-class table's columns (CLI ``--classes``, attribution.md, the report).
+CLASS_COLUMNS: tuple[str, ...] = ("class", "easy n", "hard n", "easy", "hard", "D", "B", "rest", "paste control",
+                                  "ghost control", "B unghosted", "fill control", "B covered", "covered n", "note")
 #: One line under the anchors' table (docs/interventions.md#the-ghost-control).
 GHOST_NOTE = ("ghost / ghost-neutral beside chance mean little for a model that reads the background: an easy "
               "background of the class names the class with no outline at all, so a high ghost accuracy can be the "
@@ -82,10 +92,11 @@ class ClassRow:
     intervals: dict[str, tuple[float, float]]
     reason: str = ""
     flag: str = ""
+    n_covered: int = 0  # covered swaps of its hard photos (the fill control)
 
     def to_dict(self) -> dict[str, Any]:
         return {"class_index": self.class_index, "class_name": self.class_name, "n_easy": self.n_easy,
-                "n_hard": self.n_hard, "reason": self.reason, "flag": self.flag,
+                "n_hard": self.n_hard, "n_covered": self.n_covered, "reason": self.reason, "flag": self.flag,
                 "values": {k: _clean(v) for k, v in self.values.items()},
                 "intervals": {k: [_clean(a), _clean(b)] for k, (a, b) in self.intervals.items()}}
 
@@ -94,7 +105,7 @@ class ClassRow:
         return cls(int(d["class_index"]), str(d.get("class_name") or ""), int(d.get("n_easy") or 0),
                    int(d.get("n_hard") or 0), {k: _f(v) for k, v in (d.get("values") or {}).items()},
                    {k: _pair(v) for k, v in (d.get("intervals") or {}).items()}, str(d.get("reason") or ""),
-                   str(d.get("flag") or ""))
+                   str(d.get("flag") or ""), int(d.get("n_covered") or 0))
 
     @property
     def label(self) -> str:
@@ -139,6 +150,11 @@ class ModelAttribution:
 
     def interval(self, statistic: str) -> tuple[float, float]:
         return self.overall_ci.get(statistic, (math.nan, math.nan))
+
+    @property
+    def n_covered(self) -> int:
+        """Covered swaps over every class (the fill control)."""
+        return sum(c.n_covered for c in self.classes)
 
     @property
     def flagged(self) -> list[ClassRow]:
@@ -216,13 +232,15 @@ class AttributionRun(RunRecord):
 
     def decomposition_rows(self) -> list[list[str]]:
         """Per model: D, B, rest (points with 95% intervals), the paste control, the ghost control (B - B
-        unghosted) and B unghosted, classes used and flagged."""
+        unghosted) and B unghosted, the fill control (B - B covered), B covered and the covered swaps, classes
+        used and flagged (:data:`DECOMPOSITION_COLUMNS`)."""
         rows = []
         for m in self.models:
             rows.append([m.model, m.label_space, *(_cell(m.value(k), m.interval(k))
                                                    for k in ("drop", "background_part", "rest", "paste_cost",
-                                                             "ghost_bias", "background_part_unghosted")),
-                         str(m.classes_used), str(len(m.flagged))])
+                                                             "ghost_bias", "background_part_unghosted", "fill_bias",
+                                                             "background_part_covered")),
+                         str(m.n_covered), str(m.classes_used), str(len(m.flagged))])
         return rows
 
     def anchor_rows(self) -> list[list[str]]:
@@ -241,8 +259,8 @@ class AttributionRun(RunRecord):
         return rows
 
     def class_rows(self, model: ModelAttribution) -> list[list[str]]:
-        """Per class of one model: easy, hard, D, B, rest, the paste control, the ghost control, B unghosted
-        and the flag or reason."""
+        """Per class of one model: easy, hard, D, B, rest, the paste control, the ghost control, B unghosted,
+        the fill control, B covered, the covered swaps and the flag or reason (:data:`CLASS_COLUMNS`)."""
         rows = []
         for c in model.classes:
             def cell(k: str, c: ClassRow = c) -> str:
@@ -251,7 +269,8 @@ class AttributionRun(RunRecord):
             rows.append([c.label, str(c.n_easy), str(c.n_hard), pct(c.values.get("easy", math.nan)),
                          pct(c.values.get("hard", math.nan)), cell("drop"), cell("background_part"), cell("rest"),
                          pct(c.values.get("paste_cost", math.nan), signed=True), cell("ghost_bias"),
-                         cell("background_part_unghosted"), c.flag or c.reason or ""])
+                         cell("background_part_unghosted"), cell("fill_bias"), cell("background_part_covered"),
+                         str(c.n_covered), c.flag or c.reason or ""])
         return rows
 
     def markdown(self) -> str:
@@ -261,9 +280,9 @@ class AttributionRun(RunRecord):
                  f"(noise sigma {self.intervention.get('sigma')} on the [0, 1] scale). Points (percentage points, 95% "
                  f"paired bootstrap intervals, {self.settings.get('n_boot')} replicates). A class is flagged when the "
                  f"paste control loses, or the ghost control moves B by, more than {100 * self.threshold:.0f} "
-                 "points.", "",
-                 md_table(["model", "label space", "drop D", "background B", "rest D - B", "paste control",
-                           "ghost control", "B unghosted", "classes", "flagged"], self.decomposition_rows()), "",
+                 "points, or the fill control does and its interval excludes 0 (covered: uncovered share at most "
+                 f"{self.settings.get('covered_below')}).", "",
+                 md_table(list(DECOMPOSITION_COLUMNS), self.decomposition_rows()), "",
                  "Backgrounds Challenge and Hard ImageNet numbers (accuracy in %, RFS in [-1, 1]; chance = one "
                  "guess among the candidate labels):", "",
                  md_table(["model", "only-FG", "no-FG", "only-BG", "mixed-same", "mixed-rand", "BG-gap", "RFS",
@@ -272,15 +291,14 @@ class AttributionRun(RunRecord):
             parts += ["", self.ghost_advice()]
         for m in self.models:
             parts += ["", f"## {m.model} ({m.label_space})", "",
-                      md_table(["class", "easy n", "hard n", "easy", "hard", "D", "B", "rest", "paste control",
-                                "ghost control", "B unghosted", "note"], self.class_rows(m))]
+                      md_table(list(CLASS_COLUMNS), self.class_rows(m))]
         return "\n".join(parts) + "\n"
 
     def csv(self) -> str:
         """``attribution.csv``: one row per (model, class) and an ``all`` row per model, every statistic."""
         buffer = io.StringIO()
         writer = csv.writer(buffer, lineterminator="\n")
-        header = ["run", "model", "class_index", "class_name", "n_easy", "n_hard"]
+        header = ["run", "model", "class_index", "class_name", "n_easy", "n_hard", "n_covered"]
         for k in STATISTICS:
             header += [k, f"{k}_low", f"{k}_high"]
         writer.writerow(header + ["reason", "flag"])
@@ -293,9 +311,9 @@ class AttributionRun(RunRecord):
                 return out
 
             writer.writerow([m.run, m.model, "all", "", sum(c.n_easy for c in m.classes),
-                             sum(c.n_hard for c in m.classes), *values(m.overall, m.overall_ci), "", ""])
+                             sum(c.n_hard for c in m.classes), m.n_covered, *values(m.overall, m.overall_ci), "", ""])
             for c in m.classes:
-                writer.writerow([m.run, m.model, c.class_index, c.class_name, c.n_easy, c.n_hard,
+                writer.writerow([m.run, m.model, c.class_index, c.class_name, c.n_easy, c.n_hard, c.n_covered,
                                  *values(c.values, c.intervals), c.reason, c.flag])
         return buffer.getvalue()
 
