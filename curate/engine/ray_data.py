@@ -289,24 +289,24 @@ def _register(registry: tuple[Any, int] | None) -> None:
         ray.get(handle.add.remote([ray.get_runtime_context().current_actor], attempt))
 
 
-def _kill_registered(registry: Any, next_attempt: int) -> int:
+def _kill_registered(registry: Any, next_attempt: int) -> list[str]:
     """Kill the actors left in ``registry`` (None: none), after which only pipeline
-    ``next_attempt`` may enrol; their number."""
+    ``next_attempt`` may enrol; their ids (hex)."""
     import ray
 
     if registry is None:
-        return 0
+        return []
     try:
         actors = ray.get(registry.take.remote(next_attempt), timeout=30)
     except Exception as error:  # noqa: BLE001 - a retry without the kill may still run on larger nodes
         logger.warning("could not list the failed pipeline's actors: %s", error)
-        return 0
+        return []
     for actor in actors:
         try:
             ray.kill(actor, no_restart=True)
         except Exception:  # noqa: BLE001, S112 - already dead with its node
             continue
-    return len(actors)
+    return [actor._actor_id.hex() for actor in actors]
 
 
 #: the class names Ray Data gives this engine's model actors (``MapWorker(MapBatches(_Encode))``)
@@ -495,10 +495,10 @@ class RayEngine:
             (see the module docstring); then :class:`RayNodeLostError`.
         start_timeout_s: seconds a pipeline waits for all its actors to start (model loaded)
             before the first batch; then :class:`RayActorStartError` (default
-            :data:`ACTOR_START_TIMEOUT_S`).
+            :data:`ACTOR_START_TIMEOUT_S`; ``--ray-start-timeout``).
         release_wait_s: seconds a retry waits for the failed pipeline's CPUs to be freed before
-            it plans for what is free (default :data:`RELEASE_WAIT_S`); when not even one actor
-            fits then, :class:`RayNodeLostError`.
+            it plans for what is free (default :data:`RELEASE_WAIT_S`; ``--ray-release-wait``);
+            when not even one actor fits then, :class:`RayNodeLostError` naming what holds them.
 
     After a run, :attr:`batches_by_node` counts the batches each Ray node's actors returned.
     """
@@ -575,9 +575,12 @@ class RayEngine:
         :meth:`_replan` then waits, up to ``release_wait_s``, for the CPUs to show as free."""
         gc.collect()
         killed = _kill_registered(registry, next_attempt)
+        found = 0
         if before is not None:
-            killed += before.release()
-        logger.debug("Ray engine: killed the %d actor(s) of the failed pipeline", killed)
+            before.killed.update(killed)
+            found = before.release()
+        logger.debug("Ray engine: killed the %d actor(s) of the failed pipeline (%d found in Ray's actor table)",
+                     len(killed) + found, found)
 
     def _replan(self, cpus: float, before: _Owned | None = None
                 ) -> tuple[dict[str, dict[str, Any]], dict[str, float], tuple[int, float]]:
