@@ -8,7 +8,8 @@ Settings (read once, when pytest starts; unset means the library's own defaults)
   :func:`curate.features.compute_features`). Tests that pass a batch size keep theirs. Fidelity's
   batch is left alone: it is also the fine-tuning step's (a hyperparameter of the measure, not a
   throughput knob). CLI runs a test starts in a subprocess use the library's defaults.
-- ``CURATE_TEST_TORCH_THREADS=N``: ``torch.set_num_threads(N)`` for the pytest process.
+- ``CURATE_TEST_TORCH_THREADS=N``: ``torch.set_num_threads(N)`` in the pytest process, before every
+  test (the ``one_thread`` fixture's suites included).
 
 A test that passes under one batch size or thread count and fails under another compares floats
 that depend on them (issue 48: a batched forward pass rounds differently for other batches, other
@@ -199,6 +200,17 @@ def demo_dir(tmp_path_factory) -> Path:
     workdir = Path(os.environ.get("CURATE_DEMO_WORKDIR") or tmp_path_factory.mktemp("demo"))
     run_demo(workdir)
     return workdir
+
+
+@pytest.fixture(autouse=True)
+def run_torch_threads():
+    """``CURATE_TEST_TORCH_THREADS``, applied again before every test where set: a library call that sets
+    its own count and keeps it (``curate.train_reference.train_reference`` sets its config's ``threads``)
+    must not carry into the tests after it."""
+    threads = env_count("CURATE_TEST_TORCH_THREADS")
+    if threads is not None:
+        torch.set_num_threads(threads)
+    yield
 
 
 @pytest.fixture()
