@@ -16,15 +16,11 @@ from collections.abc import Iterator
 from contextvars import ContextVar
 from typing import Any
 
+from curate.engine.defaults import RAY_RELEASE_WAIT_S, RAY_START_TIMEOUT_S
+
 __all__ = ["ENGINES", "RAY_RELEASE_WAIT_S", "RAY_START_TIMEOUT_S", "make_engine", "ray_waits"]
 
 ENGINES = ("local", "ray")
-#: the Ray engine's default ``release_wait_s``: seconds a retry after a lost node waits for the
-#: failed pipeline's CPUs to be freed before it plans for what is free (``--ray-release-wait``)
-RAY_RELEASE_WAIT_S = 30.0
-#: the Ray engine's default ``start_timeout_s``: seconds a pipeline waits for its model actors to
-#: start (model loaded) before the first batch (``--ray-start-timeout``)
-RAY_START_TIMEOUT_S = 600.0
 
 #: the Ray engine's two bounded waits for engines made in this context (:func:`ray_waits`)
 _RAY_WAITS: ContextVar[tuple[tuple[str, float], ...]] = ContextVar("curate_ray_waits", default=())

@@ -69,8 +69,8 @@ from typing import Any
 
 import numpy as np
 
-from curate.engine import RAY_RELEASE_WAIT_S, RAY_START_TIMEOUT_S
 from curate.engine.base import BatchJob, BatchOutput, EncodeJob, batches_of
+from curate.engine.defaults import RAY_RELEASE_WAIT_S, RAY_START_TIMEOUT_S
 
 logger = logging.getLogger(__name__)
 

@@ -12,24 +12,37 @@ Writes are atomic under a lock (:mod:`curate.store.atomic`); opening validates
     report = ds.add_samples([NewSample(image=Path("ostrich.jpg"), class_index=9, source="folder")])
     ds.update(report.added, {"status": "accepted"}, actor="alice", reason="reviewed")
     easy = ds.select(group="easy", status="accepted")
+
+Names resolve on first use (:mod:`curate.lazy`), so importing one module of the store (say
+:mod:`curate.store.mask_sources`, which every mask consumer reads) does not import pyarrow.
 """
 from __future__ import annotations
 
-from curate.store.atomic import DatasetError, DatasetLock, LockedError
-from curate.store.dataset import Dataset
-from curate.store.images import QUARANTINE_REASONS, ImageRejected, PreparedImage, prepare_image, prepare_mask
-from curate.store.records import AddReport, NewSample
-from curate.store.schema import (
-    BACKGROUND_SOURCES,
-    COLUMNS,
-    DEFAULT_BACKGROUNDS,
-    GROUPS,
-    SCHEMA,
-    SCHEMA_VERSION,
-    STATUSES,
-)
-from curate.store.summary import summarize
-from curate.store.validate import ValidationProblem, check_dataset
+from curate.lazy import lazy_exports
+
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "DatasetError": "curate.store.atomic",
+    "DatasetLock": "curate.store.atomic",
+    "LockedError": "curate.store.atomic",
+    "Dataset": "curate.store.dataset",
+    "QUARANTINE_REASONS": "curate.store.images",
+    "ImageRejected": "curate.store.images",
+    "PreparedImage": "curate.store.images",
+    "prepare_image": "curate.store.images",
+    "prepare_mask": "curate.store.images",
+    "AddReport": "curate.store.records",
+    "NewSample": "curate.store.records",
+    "BACKGROUND_SOURCES": "curate.store.schema",
+    "COLUMNS": "curate.store.schema",
+    "DEFAULT_BACKGROUNDS": "curate.store.schema",
+    "GROUPS": "curate.store.schema",
+    "SCHEMA": "curate.store.schema",
+    "SCHEMA_VERSION": "curate.store.schema",
+    "STATUSES": "curate.store.schema",
+    "summarize": "curate.store.summary",
+    "ValidationProblem": "curate.store.validate",
+    "check_dataset": "curate.store.validate",
+})
 
 __all__ = [
     "AddReport",
