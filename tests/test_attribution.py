@@ -214,29 +214,33 @@ def test_ghost_control_by_hand() -> None:
 
 
 def test_fill_control_by_hand() -> None:
-    """Issue 45: the fill control needs no fill. Class 0's hard photos are wrong (originals 0) and right on every
-    swap (B +1), but the two whose swap is covered (nothing filled shows) are wrong there: B covered 0, so the
-    visible fill carries all of B (fill control +1). Class 1: B +1/2 on all swaps and on the covered ones: 0."""
-    rows = [(0, "hard", {"original": 0, "swap": 1, **({"swap-covered": 0} if i < 2 else {})}) for i in range(4)]
-    rows += [(1, "hard", {"original": 0, "swap": s, **({"swap-covered": c} if c is not None else {})})
-             for s, c in ((1, 1), (0, 0), (1, None), (0, None))]
-    table = _table(_cell(0, "easy", [1, 1]) + rows + _cell(1, "easy", [1, 1]))
-    table.covered = np.array([0, 0, 1, 1, 0, 0, 1, 1, 0, 0, 0, 0])
+    """Issue 45: the fill control needs no fill. Class 0's hard photos are wrong (originals 0); photos 0 and 1 have a
+    covered swap (nothing filled shows), wrong, and an uncovered one, right (swap 1/2); photos 2 and 3 one uncovered
+    swap, right. B = 3/4; on the photos with both kinds, B over all swaps - B over the covered ones = 1/2 (the fill
+    control), so B covered = 1/4. Class 1: covered and uncovered swaps agree: 0."""
+    def hard(original: int, swap: float, covered: float | None, uncovered: float | None) -> tuple:
+        vals = {"original": original, "swap": swap}
+        vals.update({k: v for k, v in (("swap-covered", covered), ("swap-uncovered", uncovered)) if v is not None})
+        return vals
+
+    first = [(0, "hard", hard(0, 0.5, 0, 1)), (0, "hard", hard(0, 0.5, 0, 1)), (0, "hard", hard(0, 1, None, 1)),
+             (0, "hard", hard(0, 1, None, 1))]
+    second = [(1, "hard", hard(0, 1, 1, 1)), (1, "hard", hard(0, 0, 0, 0)), (1, "hard", hard(0, 1, None, 1)),
+              (1, "hard", hard(0, 0, None, 0))]
+    table = _table(_cell(0, "easy", [1, 1]) + first + _cell(1, "easy", [1, 1]) + second)
+    table.covered = np.array([0, 0, 1, 1, 0, 0, 0, 0, 1, 1, 0, 0])
     classes, overall, overall_ci, _ = attribute(table, n_boot=300, seed=2)
-    first, second = (c.values for c in classes)
-    assert (first["background_part"], first["background_part_covered"], first["fill_bias"]) == (1.0, 0.0, 1.0)
-    assert first["hard_on_easy_covered"] == 0.0
-    assert (second["background_part"], second["background_part_covered"], second["fill_bias"]) == (0.5, 0.5, 0.0)
+    a, b = (c.values for c in classes)
+    assert (a["background_part"], a["fill_bias"], a["background_part_covered"]) == (0.75, 0.5, 0.25)
+    assert a["hard_on_easy_covered"] == 0.0
+    assert (b["background_part"], b["fill_bias"], b["background_part_covered"]) == (0.5, 0.0, 0.5)
     assert [c.n_covered for c in classes] == [2, 2]
-    assert overall["fill_bias"] == pytest.approx(0.5)
-    low, high = classes[0].intervals["fill_bias"]
-    assert low == high == 1.0  # every replicate: B +1 on all swaps, 0 on the covered ones
-    one = _table(_cell(0, "easy", [1, 1]) + [(0, "hard", {"original": 0, "swap": 1, "swap-covered": 1}),
-                                             (0, "hard", {"original": 0, "swap": 1})])
-    lonely = attribute(one, n_boot=50)[0][0]
-    assert lonely.values["fill_bias"] == 0.0 and math.isnan(lonely.intervals["fill_bias"][0])  # one covered photo
-    without = attribute(_table(_cell(0, "easy", [1]) + _cell(0, "hard", [0], [1])), n_boot=20)[0][0].values
-    assert math.isnan(without["fill_bias"]) and math.isnan(without["background_part_covered"])  # no covered swap
+    assert overall["fill_bias"] == pytest.approx(0.25)
+    assert classes[0].intervals["fill_bias"] == (0.5, 0.5)  # paired: each photo's own swaps, in every replicate
+    one_swap = attribute(_table(_cell(0, "easy", [1, 1]) + [(0, "hard", hard(0, 1, 1, None)),
+                                                            (0, "hard", hard(0, 1, None, 1))]), n_boot=50)[0][0]
+    assert math.isnan(one_swap.values["fill_bias"])  # no photo has both kinds: one swap a photo says nothing
+    assert math.isnan(one_swap.intervals["fill_bias"][0]) and math.isnan(one_swap.values["background_part_covered"])
 
 
 def test_photo_table_counts_covered_swaps_under_the_bound() -> None:
@@ -246,12 +250,13 @@ def test_photo_table_counts_covered_swaps_under_the_bound() -> None:
         rows.append({"sample_id": f"s{i}", "variant": "swap", "source_sample_id": "a", "class_index": 0,
                      "group": "hard", "uncovered": uncovered})
         correct[f"s{i}"] = ok
-    col = COLUMNS.index("swap-covered")
+    covered, uncovered = COLUMNS.index("swap-covered"), COLUMNS.index("swap-uncovered")
     table = photo_table(rows, correct, covered_below=0.2)
-    assert table.values[0, col] == 0.5 and list(table.covered) == [2] and table.covered_swaps(0) == 2
+    assert table.values[0, covered] == 0.5 and table.values[0, uncovered] == 1.0
+    assert list(table.covered) == [2] and table.covered_swaps(0) == 2
     tight = photo_table(rows, correct, covered_below=0.1)
-    assert tight.values[0, col] == 1.0 and list(tight.covered) == [1]
-    assert math.isnan(photo_table(rows, correct, covered_below=0.01).values[0, col])
+    assert tight.values[0, covered] == 1.0 and tight.values[0, uncovered] == 0.5 and list(tight.covered) == [1]
+    assert math.isnan(photo_table(rows, correct, covered_below=0.01).values[0, covered])
 
 
 # --------------------------------------------------------------------------- photo_table()

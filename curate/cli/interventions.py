@@ -94,8 +94,8 @@ def intervene_cmd(directory: Path, out_dir: Path, split_run: str | None, variant
               help="Flag a class whose paste control loses, or whose ghost or fill control moves B by, more than "
                    "this (a fraction: 0.05 = 5 points; the fill control also needs its interval clear of 0).")
 @click.option("--covered-below", type=float, default=COVERED_BELOW, show_default=True,
-              help="The fill control: B over the hard photos' swaps whose donor hole the object leaves at most this "
-                   "share of uncovered (0-1), beside B over all swaps.")
+              help="The fill control: a swap whose donor hole the object leaves at most this share of (0-1) is "
+                   "covered; B over a photo's covered swaps beside B over all its swaps (needs intervene --swaps 2+).")
 @click.option("--classes", "show_classes", is_flag=True, help="Also print the per-class table of each model.")
 @click.option("--run-name", default=None,
               help="Run folder name under DIR/runs/ (default: attribution-<intervention>-<UTC time>).")

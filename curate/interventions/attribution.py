@@ -24,15 +24,15 @@ object is right on every background of the set, else 0. Within a class c:
   donor's object is left; ``background_part_unghosted`` = hard_on_easy_unghosted - hard, the B
   that remains without the ghost; ``ghost_bias`` = B - background_part_unghosted, what the
   filled hole's outline adds to B (paired: the same photos and donors);
-- the fill control, a control that needs no fill, over c's hard photos with a *covered* swap (one
-  whose ``uncovered`` share of the donor's hole, |hole_d & ~mask_p| / |hole_d|, is at most
-  ``covered_below``: almost nothing filled shows): ``hard_on_easy_covered`` = mean of
-  swap-covered(p) (the photo's covered swaps only); ``background_part_covered`` = mean of
-  swap-covered(p) - original(p), each photo paired with its own original; ``fill_bias`` = B -
-  background_part_covered, what the swaps' visible fill (whatever the fill, boxed or not) adds to
-  B. It also holds how the qualifying objects differ from the rest (they are the ones that cover
-  their donor's hole): a control to read beside the count of covered swaps (``n_covered``), not a
-  correction (docs/interventions.md#the-fill-control);
+- the fill control, a control that needs no fill, over c's hard photos that have *both* a covered
+  swap (its ``uncovered`` share of the donor's hole, |hole_d & ~mask_p| / |hole_d|, at most
+  ``covered_below``: almost nothing filled shows) and one that is not (``--swaps`` >= 2):
+  ``fill_bias`` = mean over those photos of swap(p) - swap-covered(p), B over all of a photo's
+  swaps minus B over its covered ones, the same object on both sides, so it is what the visible
+  fill (whatever the fill, boxed or not) adds to B; ``hard_on_easy_covered`` = mean of
+  swap-covered(p) over the same photos; ``background_part_covered`` = B - fill_bias, B as if every
+  swap were covered. ``n_covered`` counts the class's covered swaps; with one swap a photo no photo
+  has both and the control is NaN (docs/interventions.md#the-fill-control);
 - ``only_fg``, ``no_fg``, ``only_bg``, ``mixed_same``, ``mixed_rand``, ``mixed_next``: mean over
   c's photos (both groups pooled); ``bg_gap`` = mixed_same - mixed_rand (Xiao et al. 2020, §3);
 - ``noisy_fg`` / ``noisy_bg``: accuracy with Gaussian noise on the object / on the rest, and
@@ -71,7 +71,7 @@ __all__ = ["COLUMNS", "STATISTICS", "DECOMPOSITION", "COVERED_BELOW", "COVERED_S
 #: Per-photo value columns (variants), in order.
 COLUMNS: tuple[str, ...] = ("original", "swap", "paste", "only-fg", "no-fg", "only-bg", "mixed-same", "mixed-rand",
                             "mixed-next", "noise-fg", "noise-bg", "adversarial", "ghost", "ghost-neutral",
-                            "swap-unghosted", "swap-covered")
+                            "swap-unghosted", "swap-covered", "swap-uncovered")
 #: The default bound on a covered swap's uncovered share of the donor's hole (the fill control).
 COVERED_BELOW = 0.2
 #: Statistics of the fill control: their intervals rest on the covered photos alone.
@@ -113,7 +113,7 @@ def photo_table(variant_rows: Sequence[Mapping[str, Any]], correct: Mapping[str,
     Images the evaluation did not score (a decode failure, a variant made later) are left out;
     a photo whose original was not scored is left out entirely (every difference is taken
     against it). A ``swap`` whose ``uncovered`` share is at most ``covered_below`` also counts as
-    ``swap-covered`` (the fill control)."""
+    ``swap-covered``, one above it as ``swap-uncovered`` (the fill control)."""
     per_photo: dict[str, dict[str, list[bool]]] = {}
     meta: dict[str, tuple[int, str]] = {}
     for row in variant_rows:
@@ -123,8 +123,9 @@ def photo_table(variant_rows: Sequence[Mapping[str, Any]], correct: Mapping[str,
         photo = str(row["source_sample_id"])
         per_photo.setdefault(photo, {}).setdefault(str(row["variant"]), []).append(bool(correct[sid]))
         uncovered = row.get("uncovered")
-        if row["variant"] == "swap" and uncovered is not None and float(uncovered) <= covered_below:
-            per_photo[photo].setdefault("swap-covered", []).append(bool(correct[sid]))
+        if row["variant"] == "swap" and uncovered is not None and math.isfinite(float(uncovered)):
+            kind = "swap-covered" if float(uncovered) <= covered_below else "swap-uncovered"
+            per_photo[photo].setdefault(kind, []).append(bool(correct[sid]))
         meta[photo] = (int(row["class_index"]), str(row["group"]))
     ids = sorted(p for p, variants in per_photo.items() if "original" in variants)
     values = np.full((len(ids), len(COLUMNS)), np.nan)
@@ -183,9 +184,11 @@ def _class_stats(easy: np.ndarray, hard: np.ndarray) -> dict[str, np.ndarray]:
     s["hard_on_easy_unghosted"] = _mean(hard, "swap-unghosted")
     s["background_part_unghosted"] = s["hard_on_easy_unghosted"] - s["hard"]
     s["ghost_bias"] = s["background_part"] - s["background_part_unghosted"]
-    s["hard_on_easy_covered"] = _mean(hard, "swap-covered")
-    s["background_part_covered"] = _paired(hard, "swap-covered", "original")
-    s["fill_bias"] = s["background_part"] - s["background_part_covered"]
+    has_both = np.isfinite(hard[..., _COL["swap-covered"]]) & np.isfinite(hard[..., _COL["swap-uncovered"]])
+    both_kinds = np.where(has_both[..., None], hard, np.nan)  # photos with a covered swap and another one
+    s["hard_on_easy_covered"] = _mean(both_kinds, "swap-covered")
+    s["fill_bias"] = _paired(both_kinds, "swap", "swap-covered")
+    s["background_part_covered"] = s["background_part"] - s["fill_bias"]
     s["bg_gap"] = s["mixed_same"] - s["mixed_rand"]
     a = (s["noisy_bg"] + s["noisy_fg"]) / 2
     room = 2 * np.minimum(a, 1 - a)
@@ -275,8 +278,8 @@ def attribute(table: PhotoTable, *, n_boot: int = 1000, seed: int = 0, level: fl
 
 
 def _covered_photos(rows: np.ndarray) -> int:
-    """How many photos of a cell have a scored covered swap."""
-    return int(np.isfinite(rows[:, _COL["swap-covered"]]).sum())
+    """How many photos of a cell have both a scored covered swap and one that is not (the fill control)."""
+    return int((np.isfinite(rows[:, _COL["swap-covered"]]) & np.isfinite(rows[:, _COL["swap-uncovered"]])).sum())
 
 
 def _interval(values: np.ndarray, level: float) -> tuple[float, float]:

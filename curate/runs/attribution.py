@@ -49,10 +49,10 @@ DECOMPOSITION_NOTE = (
     "says what cutting and pasting alone costs, the ghost control (B - B unghosted: B against B on the same donors "
     "with each hole's bounding box filled, no outline of the donor's object left) what the filled hole adds to B; "
     "ghost / ghost-neutral: how often the model names the class from the donor's filled background alone / with the "
-    "object's mask in the mean colour, against chance. The fill control (B - B covered: B against B over the hard "
-    "photos' covered swaps, those whose donor hole the object leaves at most a small share of, each paired with its "
-    "own original) needs no fill: it shows what the visible fill adds to B whatever the fill, mixed with how the "
-    "objects that cover their donors' holes differ from the rest; read it with its count of covered swaps.")
+    "object's mask in the mean colour, against chance. The fill control (B - B covered) needs no fill: B over all "
+    "swaps against B over the covered ones (the object leaves at most a small share of the donor's hole showing), "
+    "paired on the hard photos that have both (--swaps 2 or more; empty otherwise): what the visible fill adds to "
+    "B, whichever fill; covered n counts the covered swaps.")
 #: The decomposition table's columns (CLI, attribution.md, the report).
 DECOMPOSITION_COLUMNS: tuple[str, ...] = ("model", "label space", "drop D", "background B", "rest D - B",
                                           "paste control", "ghost control", "B unghosted", "fill control", "B covered",

@@ -13,8 +13,9 @@ pasted back on its own filled background) is flagged: its B and rest mix the bac
 with what pasting costs. So is a class whose ghost control moves B by more than the threshold (B
 against B on the same donors with their holes' bounding boxes filled, no outline of the donor's
 object left): its B holds class evidence the filled hole carries. And so is a class whose fill
-control (B against B over the covered swaps, where almost nothing filled shows) is beyond the
-threshold with its interval clear of 0: the visible fill, whichever it is, moves its B.
+control (B against B over the covered swaps, where almost nothing filled shows, on the photos that
+have both) is beyond the threshold with its interval clear of 0: the visible fill, whichever it
+is, moves its B.
 """
 from __future__ import annotations
 
@@ -159,6 +160,6 @@ def _flag(values: dict[str, float], intervals: dict[str, tuple[float, float]], s
     low, high = intervals.get("fill_bias", (math.nan, math.nan))
     if math.isfinite(fill_bias) and abs(fill_bias) > threshold and (low > 0 or high < 0):
         flags.append(f"fill control: the swaps' visible fill moves B by {100 * fill_bias:+.1f} points (> "
-                     f"{100 * threshold:.0f}, interval {100 * low:+.1f} to {100 * high:+.1f}); B over the covered swaps "
-                     f"(uncovered <= {settings.covered_below:g}) is {100 * values.get('background_part_covered', math.nan):+.1f}")
+                     f"{100 * threshold:.0f}, interval {100 * low:+.1f} to {100 * high:+.1f}); B covered (uncovered <= "
+                     f"{settings.covered_below:g}) is {100 * values.get('background_part_covered', math.nan):+.1f}")
     return "; ".join(flags)
