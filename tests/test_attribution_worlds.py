@@ -66,6 +66,11 @@ def _inside(value: float, interval: tuple[float, float], slack: float = 0.0) -> 
     return interval[0] - slack <= value <= interval[1] + slack
 
 
+def _fill_clean(model) -> bool:
+    """The fill control (issue 45) flags no class (with one swap a photo it is empty, docs/interventions.md)."""
+    return not any("fill control" in c.flag for c in model.classes)
+
+
 def test_background_world_the_background_explains_the_drop_through_the_cli(demo_dir, tmp_path, monkeypatch):
     """As a user types it (relative paths): intervene, evaluate, attribution; then the truth."""
     world = build_world("background", tmp_path / "world", per_class=60)
@@ -85,6 +90,7 @@ def test_background_world_the_background_explains_the_drop_through_the_cli(demo_
     assert model.interval("drop")[0] > 0.3  # the shortcut model loses a lot on hard backgrounds
     assert b > 0.85 * drop and abs(rest) < 0.08 and _inside(0.0, model.interval("rest"), 0.02)
     assert abs(model.value("paste_cost")) < 0.05  # pasting an object back costs it (almost) nothing
+    assert model.n_covered > 0 and _fill_clean(model)  # covered swaps counted; one swap a photo: nothing to flag
     write_truth(world, Path("iv"), Path("truth"))
     truth = _decompose(Path("truth"), _weights(demo_dir, "p0.9")).models[0]
     assert truth.value("drop") == pytest.approx(drop)  # the same originals, scored by the same model
@@ -95,7 +101,7 @@ def test_confound_world_object_scale_not_background(demo_dir, tmp_path):
     model, truth = (run.models[0] for run in _world_pair(tmp_path, "confound", _weights(demo_dir, "uncorrelated")))
     assert model.interval("drop")[0] > 0.3  # small hard objects cost the shape-only model a lot
     assert abs(model.value("background_part")) < 0.12 and _inside(0.0, model.interval("background_part"))
-    assert model.interval("rest")[0] > 0.3
+    assert model.interval("rest")[0] > 0.3 and _fill_clean(model)
     assert _inside(truth.value("background_part"), model.interval("background_part"), TRUTH_SLACK)
     assert _inside(truth.value("rest"), model.interval("rest"), TRUTH_SLACK)
 
@@ -103,6 +109,7 @@ def test_confound_world_object_scale_not_background(demo_dir, tmp_path):
 def test_mixed_world_both_parts_recover_their_planted_share(demo_dir, tmp_path):
     model, truth = (run.models[0] for run in _world_pair(tmp_path, "mixed", _weights(demo_dir, "p0.9")))
     assert model.interval("background_part")[0] > 0.3 and model.interval("rest")[0] > 0.05  # both act
+    assert _fill_clean(model)
     assert _inside(truth.value("background_part"), model.interval("background_part"), TRUTH_SLACK)
     assert _inside(truth.value("rest"), model.interval("rest"), TRUTH_SLACK)
     assert model.value("drop") == pytest.approx(model.value("background_part") + model.value("rest"))
