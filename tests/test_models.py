@@ -738,3 +738,9 @@ def test_a_cpu_classifier_encodes_a_folded_channels_last_copy_a_few_images_a_pas
     out = model.logits(x[:2], grad=True)  # saliency's path: the module as built, with gradients
     out[:, 0].sum().backward()
     assert model.module.conv_stem.weight.grad is not None and passes == [4, 4, 2]
+    seen = []  # and without gradients (EigenCAM's hooks): the module as built, never the fast copy
+    model.module.conv_stem.register_forward_hook(lambda module, args, output: seen.append(output.shape[0]))
+    torch.testing.assert_close(model.logits(x[:3]), want[:3], rtol=1e-4, atol=1e-4 * float(want.abs().max()))
+    model.encode_image(x[:3])
+    assert seen == [3, 3] and passes == [4, 4, 2]
+    torch.testing.assert_close(model_output(model, "embedding", x), model.encode_image(x), rtol=1e-4, atol=1e-4)

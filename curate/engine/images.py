@@ -82,29 +82,22 @@ def model_output(model: Any, kind: str, batch: torch.Tensor) -> torch.Tensor:
     """The cached output of ``kind`` for a preprocessed batch: the L2-normalised image embedding
     (``embedding``) or the classifier's logits (``logits``).
 
-    On a CPU, a model with a ``cpu_batch`` (a timm classifier:
-    :attr:`curate.models.classifier.ClassifierModel.cpu_batch`) runs the batch in consecutive
-    slices of that many images, concatenated: a convolutional network's activations for a few
-    images stay in the CPU's caches where those of 256 do not (EfficientNet-Lite0, 2 cores: 25 ms
-    an image in slices of 2-8 against 37-60 ms in one batch of 32-256, ``benchmarks/classifier.py``).
+    On a CPU, a model with a ``fast_output`` (a timm classifier:
+    :meth:`curate.models.classifier.ClassifierModel.fast_output`) computes it: a few images a
+    pass, channels-last, batch norms folded into their convolutions (EfficientNet-Lite0, 2 cores:
+    14 ms an image against 37-60 ms in one pass of a 32-256 batch, ``benchmarks/classifier.py``).
     Each image's output is the same function of its pixels either way, up to float rounding."""
-    import torch
-
-    step = getattr(model, "cpu_batch", None) if _on_cpu(model) else None
-    if not step or len(batch) <= step:
-        return _output(model, kind, batch)
-    return torch.cat([_output(model, kind, batch[start:start + step]) for start in range(0, len(batch), step)])
+    fast = getattr(model, "fast_output", None) if _on_cpu(model) else None
+    if callable(fast):
+        return fast(kind, batch)
+    if kind == "embedding":
+        return model.encode_image(batch, normalize=True)
+    return model.logits(batch)
 
 
 def _on_cpu(model: Any) -> bool:
     device = getattr(model, "device", None)
     return (getattr(device, "type", None) or str(device).split(":")[0]) == "cpu"
-
-
-def _output(model: Any, kind: str, batch: torch.Tensor) -> torch.Tensor:
-    if kind == "embedding":
-        return model.encode_image(batch, normalize=True)
-    return model.logits(batch)
 
 
 def default_workers(device: torch.device | str) -> int:

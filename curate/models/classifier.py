@@ -50,13 +50,14 @@ DEFAULT_TAG_WORDS = ("default", "timm", "pretrained")
 class ClassifierModel(LoadedModel):
     """A timm ImageNet-1K classifier: ``logits`` (``[N, 1000]``) and pooled features.
 
-    On a CPU, outputs without gradients (encoding, scoring) come from :attr:`fast_module`: a copy
-    with every batch norm folded into the convolution before it (:func:`curate.models.fold.fold_batchnorm`,
-    checked against the original), laid out channels-last (``torch.channels_last``, oneDNN's
-    fast layout for convolutions), and batches are encoded :attr:`cpu_batch` images at a time
-    (:func:`curate.engine.images.model_output`). EfficientNet-Lite0 on 2 cores: 14 ms an image
-    against 40 ms for timm's module one photo at a time. All of it changes only float rounding;
-    :attr:`module` stays as built (gradients, saliency's layers and hooks see it).
+    On a CPU, encoding (:meth:`fast_output`, which :func:`curate.engine.images.model_output` calls)
+    runs :attr:`fast_module`: a copy with every batch norm folded into the convolution before it
+    (:func:`curate.models.fold.fold_batchnorm`, checked against the original), laid out
+    channels-last (``torch.channels_last``, oneDNN's fast layout for convolutions), :attr:`cpu_batch`
+    images a pass. EfficientNet-Lite0 on 2 cores: 14 ms an image against 40 ms for timm's module
+    one photo at a time (``benchmarks/classifier.py``); only float rounding changes. Everything
+    else (:meth:`logits`, :meth:`encode_image`, gradients, saliency's layers and hooks) runs
+    :attr:`module`, as built.
     """
 
     kind = "classifier"
@@ -66,28 +67,38 @@ class ClassifierModel(LoadedModel):
     def __init__(self, *, label_offset: int = 0, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.label_offset = int(label_offset)
-        self.channels_last = self.device.type == "cpu"
-        self.fast_module = self.module
+        self.fast_module = None
         self.folded = 0
-        if self.channels_last:
-            if self.precision in ("fp32", "amp", "amp_bf16"):  # float32 weights to fold
-                from curate.models.fold import fold_batchnorm
+        if self.device.type == "cpu" and self.precision in ("fp32", "amp", "amp_bf16"):  # float32 weights to fold
+            from curate.models.fold import fold_batchnorm
 
-                example = torch.rand(2, 3, *self.image_size, generator=torch.Generator().manual_seed(0))
-                self.fast_module, self.folded = fold_batchnorm(self.module, example)
-            self.module = self.module.to(memory_format=torch.channels_last)
-            self.fast_module = self.fast_module.to(memory_format=torch.channels_last)
-            self.info["cpu_inference"] = {"batch_norms_folded": self.folded, "memory_format": "channels_last",
-                                          "images_per_pass": self.cpu_batch}
+            example = torch.rand(2, 3, *self.image_size, generator=torch.Generator().manual_seed(0))
+            folded, self.folded = fold_batchnorm(self.module, example)
+            if self.folded:
+                self.fast_module = folded.to(memory_format=torch.channels_last)
+                self.info["cpu_inference"] = {"batch_norms_folded": self.folded, "memory_format": "channels_last",
+                                              "images_per_pass": self.cpu_batch}
 
-    def _forward_module(self) -> torch.nn.Module:
-        """:attr:`fast_module` when no gradient is recorded, else :attr:`module` (class docstring)."""
-        return self.module if torch.is_grad_enabled() else self.fast_module
+    def fast_output(self, kind: str, batch: torch.Tensor) -> torch.Tensor:
+        """What encoding keeps for a preprocessed batch on a CPU (class docstring): ``logits``, or
+        the L2-normalised pooled features (``embedding``), from :attr:`fast_module` when there is
+        one (else from :attr:`module`, as built), :attr:`cpu_batch` images a pass."""
+        import torch.nn.functional as F
 
-    def to_input(self, batch: torch.Tensor) -> torch.Tensor:
-        """The batch on the device in the input dtype; channels-last on a CPU (class docstring)."""
-        x = super().to_input(batch)
-        return x.contiguous(memory_format=torch.channels_last) if self.channels_last else x
+        module = self.module if self.fast_module is None else self.fast_module
+        parts = []
+        with torch.no_grad(), self.autocast():
+            for start in range(0, len(batch), self.cpu_batch):
+                x = self.to_input(batch[start:start + self.cpu_batch])
+                if self.fast_module is not None:
+                    x = x.contiguous(memory_format=torch.channels_last)
+                if kind == "logits":
+                    out = module(x).float()
+                    parts.append(out[:, self.label_offset:] if self.label_offset else out)
+                else:
+                    feats = module.forward_head(module.forward_features(x), pre_logits=True)
+                    parts.append(F.normalize((feats.flatten(1) if feats.ndim > 2 else feats).float(), dim=-1))
+        return torch.cat(parts)
 
     @property
     def num_classes(self) -> int:
@@ -99,14 +110,13 @@ class ClassifierModel(LoadedModel):
         return int(getattr(m, "head_hidden_size", None) or m.num_features)
 
     def _image_features(self, batch: torch.Tensor) -> torch.Tensor:
-        module = self._forward_module()
-        feats = module.forward_head(module.forward_features(batch), pre_logits=True)
+        feats = self.module.forward_head(self.module.forward_features(batch), pre_logits=True)
         return feats.flatten(1) if feats.ndim > 2 else feats
 
     def logits(self, batch: torch.Tensor, *, grad: bool = False) -> torch.Tensor:
         """ImageNet-1K logits ``Tensor[N, 1000]`` (float32)."""
         with self._grad_context(grad), self.autocast():
-            out = self._forward_module()(self.to_input(batch))
+            out = self.module(self.to_input(batch))
         out = out.float()
         return out[:, self.label_offset :] if self.label_offset else out
 
