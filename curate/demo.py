@@ -13,7 +13,7 @@
 6. The evaluation engine on the split (papers/003 §3): both models, 1-vs-1000 with the
    paper's prompt and 1-vs-K over the world's classes; ``compare`` writes Table 2 and Fig. 2.
 7. Saliency (papers/004, papers/000): mean SSS and RMA on easy vs hard images for both models,
-   with GradCAM and LayerCAM (the methods disagree on this world; see the README).
+   with GradCAM and LayerCAM (the methods disagree on this world; see docs/results.md).
 8. The report (Markdown + HTML with the figures) and the Hub folder (``load_dataset``-ready).
 
 A CLIP that learned the shortcut scores high on aligned and low on conflicting images; the
@@ -88,7 +88,7 @@ class DemoResult:
 
 @dataclass
 class DemoSettings:
-    """Defaults measured to finish in a few minutes on 2 CPU cores (see README)."""
+    """Defaults measured to finish in a few minutes on 2 CPU cores (see docs/results.md)."""
 
     num_classes: int = 6
     per_class_train: int = 500

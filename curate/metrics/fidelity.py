@@ -15,7 +15,7 @@ With ``f`` the model, ``y`` the label, ``m`` the explanation mask and ``1[.]`` a
 ``z_y(.) - max_{c != y} z_c(.)`` (the indicator is ``1[margin > 0]``). On a confident model
 (the fine-tuned tiny CLIP classifies its images with mean top probability 1.000) the indicator
 and the probability barely move when 10 % of the pixels go, so their differences are mostly
-noise; the margin does not saturate. Measured on the synthetic world (README, issue 9 note):
+noise; the margin does not saturate. Measured on the synthetic world (docs/results.md, issue 9 note):
 the degraded mask series is ranked with macro Spearman -1.00 by F-Fid+ for every fine-tuning
 seed tried with ``margin``, versus -0.83..-1.00 with ``accuracy`` and ``probability``.
 

@@ -37,10 +37,10 @@ target (default ``layercam``; ``eigencam`` and ``rollout`` ignore the prompt and
 split at its last ``#``, so ``<clip>`` itself must not contain one.
 Examples: ``cam:ref.pt#gradcam``, ``cam:ViT-B-32-quickgelu@laion400m_e31#gradcam++@visual.transformer.resblocks.10.ln_1``.
 
-Why LayerCAM by default: in the demo's fidelity table (README.md, F-Fidelity, papers/002)
+Why LayerCAM by default: in the demo's fidelity table (docs/results.md, F-Fidelity, papers/002)
 LayerCAM's maps are faithful on both tiny reference CLIPs (F-Fid+ 1.71 / 5.68 against a random
 map's 0.70 / 2.53) and come out constant on no image, while GradCAM's are not above random on
-the uncorrelated CLIP and are constant on a few images (README's saliency table); a mask can
+the uncorrelated CLIP and are constant on a few images (docs/results.md, the demo's saliency table); a mask can
 only be as good as the map it thresholds. Measured on the demo's evaluation world (1200 photos,
 threshold 0.5, mean IoU with the exact masks; ``tests/test_masks_cam.py``): LayerCAM 0.379
 (p = 0.9 CLIP) and 0.416 (uncorrelated), GradCAM 0.136 (p = 0.9; 33 constant maps), against
