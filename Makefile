@@ -46,8 +46,8 @@ test: $(STAMP) services lint
 # The fast tier, for the edit loop: the formula-level and small CLI tests of every module, listed in
 # tests/fast_tier.txt (every test module is classified there; tests/conftest.py's --fast runs the
 # list and does not import the other modules). Not a substitute for `make test` before a commit.
-# Measured (`/usr/bin/time -v make test-fast`, 2 cores shared with other jobs, load 5-7): 559 tests in
-# 34 s wall, 28 s CPU (25 s user, 3 s system); at load ~14 the same took 3 min 18 s wall. Selected: the
+# Measured (`/usr/bin/time -v make test-fast`, 2 cores, load average ~2 from other jobs): 560 tests in
+# 36 s wall, 29 s CPU (26 s user, 3 s system); at load ~14 it took 3 min 18 s wall. Selected: the
 # tests (all their parametrizations together) under 0.7 s each in a run at load ~14.
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider --fast --durations=10 tests
