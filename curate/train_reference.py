@@ -152,13 +152,24 @@ def train_reference_clip(
     the arch, the class names, the caption template, the training config and ``meta`` (e.g.
     the world spec); the models layer reads the arch from it. Writing is atomic.
     """
-    import open_clip
-
     from curate.models.tiny import register_tiny_configs
 
     config = config or TrainConfig()
     register_tiny_configs()
+    threads_before = torch.get_num_threads()  # restored on the way out: the caller's count is not ours to keep
     torch.set_num_threads(config.threads)
+    try:
+        return _train(images, labels, class_names, out_path, config, meta, progress, negative_names)
+    finally:
+        torch.set_num_threads(threads_before)
+
+
+def _train(images: np.ndarray, labels: np.ndarray, class_names: Sequence[str], out_path: Path, config: TrainConfig,
+           meta: dict | None, progress: Callable[[int, float], None] | None,
+           negative_names: Sequence[str] | None) -> TrainResult:
+    """The body of :func:`train_reference_clip`, run with torch's threads set to ``config.threads``."""
+    import open_clip
+
     torch.manual_seed(config.seed)
     generator = np.random.default_rng(config.seed)
 

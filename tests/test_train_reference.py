@@ -93,9 +93,15 @@ def test_short_training_writes_a_file_the_models_layer_loads(tmp_path) -> None:
 
 def test_training_is_repeatable_for_a_seed(tmp_path) -> None:
     images, labels, _, names = world_arrays(WorldSpec(classes=DEFAULT_CLASSES[:2], per_class=8, image_size=48))
-    config = TrainConfig(steps=2, batch_size=8, warmup=1, seed=7)
-    a = train_reference_clip(images, labels, names, tmp_path / "a.pt", config).losses
-    b = train_reference_clip(images, labels, names, tmp_path / "b.pt", config).losses
+    config = TrainConfig(steps=2, batch_size=8, warmup=1, seed=7, threads=2)
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        a = train_reference_clip(images, labels, names, tmp_path / "a.pt", config).losses
+        assert torch.get_num_threads() == 1  # training uses its own count and gives the caller's back (issue 48)
+        b = train_reference_clip(images, labels, names, tmp_path / "b.pt", config).losses
+    finally:
+        torch.set_num_threads(before)
     assert a == b
 
 
