@@ -219,6 +219,17 @@ def _stem(word: str) -> str:
     return word
 
 
+def unknown_labels_message(unknown: dict[str, str], field: str, space: str, rows: str, own_space_flag: str) -> str:
+    """The importers' one refusal for labels outside the label space (``collect hub`` and ``collect
+    fiftyone`` refuse alike unless told ``--skip-unknown``): how many, the first five with why, and
+    the two ways on (``rows``: what is left out, e.g. "rows"; ``own_space_flag``: the option that keeps
+    the source's own class names)."""
+    shown = "; ".join(f"{label!r}: {why}" for label, why in list(unknown.items())[:5])
+    return (f"{len(unknown)} label(s) of {field!r} are not in the label space {space!r} "
+            f"({shown}{' ...' if len(unknown) > 5 else ''}); pass --skip-unknown to leave their {rows} out, "
+            f"or collect into a new folder with {own_space_flag}")
+
+
 @lru_cache(maxsize=1)
 def imagenet1k() -> LabelSpace:
     """The ImageNet-1K label space from ``datasets/imagenet1k.tsv`` (1000 classes)."""

@@ -55,7 +55,7 @@ import numpy as np
 from curate.collect.engine import Candidate, CandidateError, CollectReport, Engine, ProgressFn, Skip, StreamItem
 from curate.collect.folder import existing_dataset, resolve_class_folder
 from curate.collect.journal import Journal
-from curate.labels import LabelSpace, UnknownClassError, imagenet1k
+from curate.labels import LabelSpace, UnknownClassError, imagenet1k, unknown_labels_message
 from curate.licenses import stored_license
 from curate.store import DEFAULT_BACKGROUNDS, Dataset, PreparedImage
 from curate.store.atomic import TMP_DIR
@@ -363,11 +363,8 @@ def collect_fiftyone(
         except UnknownClassError as exc:
             unknown[label] = str(exc)
     if unknown and not skip_unknown:
-        shown = "; ".join(f"{label!r}: {why}" for label, why in list(unknown.items())[:5])
-        raise FiftyOneImportError(
-            f"{len(unknown)} label(s) of {label_field!r} are not in the label space {space.name!r} "
-            f"({shown}{' ...' if len(unknown) > 5 else ''}); pass --skip-unknown to leave their samples out, "
-            "or collect into a new folder with --label-space fiftyone")
+        raise FiftyOneImportError(unknown_labels_message(unknown, label_field, space.name, "samples",
+                                                         "--label-space fiftyone"))
     targets = None
     if kind == "segmentation":
         targets = fo_dataset.mask_targets.get(mask_field) or fo_dataset.default_mask_targets or None

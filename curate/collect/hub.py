@@ -82,7 +82,7 @@ import numpy as np
 from curate.collect.engine import Candidate, CandidateError, CollectReport, Engine, ProgressFn, Skip, StreamItem
 from curate.collect.folder import existing_dataset, resolve_class_folder
 from curate.collect.journal import Journal
-from curate.labels import AmbiguousClassError, LabelSpace, UnknownClassError, imagenet1k
+from curate.labels import AmbiguousClassError, LabelSpace, UnknownClassError, imagenet1k, unknown_labels_message
 from curate.licenses import classify_licence, stored_license
 from curate.publish.layout import CARD_FILE, COLUMN_DOCS, GROUP_NAMES
 from curate.publish.upload import DEFAULT_TOKEN_ENV, REPO_ID, scrub
@@ -729,11 +729,8 @@ def collect_hub(
         mapping = map_labels(sorted(label_counts(tables, label_column)), space, own_names=own_names)
         unknown = {label: why for label, why in mapping.items() if isinstance(why, str)}
         if unknown and not skip_unknown:
-            shown = "; ".join(f"{label!r}: {why}" for label, why in list(unknown.items())[:5])
-            raise HubImportError(
-                f"{len(unknown)} label(s) of {label_column!r} are not in the label space {space.name!r} "
-                f"({shown}{' ...' if len(unknown) > 5 else ''}); pass --skip-unknown to leave their rows out, "
-                "or collect into a new folder with --label-space hub (the dataset's own class names)")
+            raise HubImportError(unknown_labels_message(unknown, label_column, space.name, "rows",
+                                                        "--label-space hub (the dataset's own class names)"))
     ds = existing if existing is not None else Dataset.create(
         root, name=name or _default_name(src), label_space=space,
         backgrounds=list(vocabulary or DEFAULT_BACKGROUNDS), recipe="hub")
