@@ -1,0 +1,90 @@
+"""The simulated annotators' draws (curate.collect.annotator_sim): the matrices, the team text, the
+labels drawn from them and the masks' known errors (issue 44)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from curate.collect.annotator_sim import (
+    DEFAULT_TEAM,
+    MaskNoise,
+    SimulatedAnnotator,
+    confusion_matrix,
+    draw_label,
+    mask_iou,
+    noisy_mask,
+    parse_team,
+    sample_rng,
+)
+
+BACKGROUNDS = ("snow", "water", "grass", "tree")
+
+
+def test_matrices_are_row_stochastic_with_the_stated_entries():
+    careful, confuse, random_ = parse_team(DEFAULT_TEAM)
+    for member in (careful, confuse, random_):
+        assert np.allclose(confusion_matrix(member, BACKGROUNDS).sum(axis=1), 1.0)
+    assert np.allclose(np.diag(confusion_matrix(careful, BACKGROUNDS)), 0.95)
+    assert confusion_matrix(careful, BACKGROUNDS)[0, 1] == pytest.approx(0.05 / 3)
+    c = confusion_matrix(confuse, BACKGROUNDS)
+    assert c[2, 3] == c[3, 2] == pytest.approx(0.3) and c[0, 0] == c[1, 1] == 1.0 and c[0, 1] == 0.0
+    r = confusion_matrix(random_, BACKGROUNDS)
+    assert r[0, 0] == pytest.approx(0.9 + 0.1 / 4) and r[0, 1] == pytest.approx(0.1 / 4)
+
+
+def test_team_text_names_kinds_and_refuses_bad_items():
+    team = parse_team("careful, random:0.2, random:0.1")
+    assert [m.name for m in team] == ["careful", "random", "random-2"]
+    assert team[0].rate == 0.0 and team[2].text == "random:0.1"
+    for bad, words in [("sloppy:0.1", "kind must be one of"), ("confuse:grass:0.3", "confuse:<background>"),
+                       ("random:x", "random:x"), ("careful:1.5", "rate must be in"), ("", "no annotator"),
+                       ("confuse:tree-tree:0.3", "two different")]:
+        with pytest.raises(ValueError, match=words):
+            parse_team(bad)
+    with pytest.raises(ValueError, match="not in the backgrounds"):
+        confusion_matrix(parse_team("confuse:shrub-tree:0.3")[0], BACKGROUNDS)
+
+
+def test_drawn_labels_follow_the_matrix_and_are_reproducible():
+    """2,000 draws per row: every frequency within 4.5 binomial standard errors of the matrix
+    (a draw from the wrong row, e.g. the answer's, would miss the 0.3 confusion by 0.3)."""
+    member = parse_team("confuse:grass-tree:0.3")[0]
+    matrix = confusion_matrix(member, BACKGROUNDS)
+    n = 2000
+    for truth in range(len(BACKGROUNDS)):
+        counts = np.bincount([draw_label(matrix, truth, sample_rng(3, 1, f"s{i}")) for i in range(n)], minlength=4)
+        se = np.sqrt(matrix[truth] * (1 - matrix[truth]) / n) + 1e-12
+        assert np.all(np.abs(counts / n - matrix[truth]) <= 4.5 * se + 1e-9)
+    first = [draw_label(matrix, 2, sample_rng(3, 1, f"s{i}")) for i in range(50)]
+    assert first == [draw_label(matrix, 2, sample_rng(3, 1, f"s{i}")) for i in range(50)]
+    assert first != [draw_label(matrix, 2, sample_rng(4, 1, f"s{i}")) for i in range(50)]
+
+
+def _disc(size: int = 32, radius: float = 8.0) -> np.ndarray:
+    yy, xx = np.mgrid[0:size, 0:size]
+    return ((yy - 16) ** 2 + (xx - 16) ** 2 <= radius ** 2).astype(np.uint8)
+
+
+def test_mask_errors_are_the_stated_ones():
+    truth = _disc()
+    rng = np.random.default_rng(0)
+    grown = noisy_mask(truth, MaskNoise(grow=1), rng)
+    shrunk = noisy_mask(truth, MaskNoise(grow=-1), rng)
+    assert np.all(grown >= truth) and np.all(shrunk <= truth)
+    assert grown.sum() > truth.sum() > shrunk.sum()
+    shifted = noisy_mask(truth, MaskNoise(shift=(0, 2)), rng)
+    assert shifted.sum() == truth.sum() and np.array_equal(shifted[:, 2:], truth[:, :-2])
+    missed = [noisy_mask(truth, MaskNoise(miss=1.0), np.random.default_rng(i)) for i in range(4)]
+    for m in missed:  # one quarter gone: about 3/4 of the disc left, nothing added
+        assert np.all(m <= truth) and 0.70 < m.sum() / truth.sum() < 0.80
+    assert mask_iou(truth, truth) == 1.0 and mask_iou(truth, np.zeros_like(truth)) == 0.0
+    assert mask_iou(truth, grown) == pytest.approx(truth.sum() / grown.sum())
+    with pytest.raises(ValueError, match="miss share"):
+        MaskNoise(miss=2.0)
+
+
+def test_annotator_checks_its_fields():
+    with pytest.raises(ValueError, match="confused pair"):
+        SimulatedAnnotator("a", "careful", 0.1, ("grass", "tree"))
+    with pytest.raises(ValueError, match="kind must be"):
+        SimulatedAnnotator("a", "lazy", 0.1)
