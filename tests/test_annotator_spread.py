@@ -61,3 +61,23 @@ def test_bad_input_is_refused():
         annotator_spread(IDS, [0] * 8, {"x": AGREED_LABELS}, REFERENCE, {"m": MODEL}, RULE)
     with pytest.raises(ValueError, match="correctness values for 8"):
         annotator_spread(IDS, [0] * 8, {AGREED: AGREED_LABELS}, REFERENCE, {"m": MODEL[:3]}, RULE)
+
+
+def test_the_run_record_round_trips_and_tables_show_drops_spread_and_flips(tmp_path):
+    from curate.runs.annotator_spread import AnnotatorSpreadRun, SpreadModel
+    from curate.runs.base import load_run
+
+    spread = _spread(x={**AGREED_LABELS, "s2": "c", "s4": "b"})
+    record = AnnotatorSpreadRun(split_run="split-1", spread=spread, models=[SpreadModel("m", "eval-m")],
+                                class_names={0: "lion"}, photos=8)
+    record.write(tmp_path / "runs" / "spread")
+    loaded = load_run(tmp_path / "runs" / "spread")
+    assert isinstance(loaded, AnnotatorSpreadRun)
+    assert loaded.spread.cells == spread.cells and loaded.spread.splits == spread.splits
+    assert loaded.columns == [AGREED, "x", DISPUTED_EASY, DISPUTED_HARD]
+    (row,) = loaded.rows()
+    assert row.flagged and row.spread == pytest.approx(2 / 3)
+    assert row.drops[AGREED] == pytest.approx(-1 / 3) and row.drops["x"] == pytest.approx(1 / 6)
+    assert loaded.flag_text(0) == "flips: x a/b -> a/c"
+    table = (tmp_path / "runs" / "spread" / AnnotatorSpreadRun.MARKDOWN).read_text()
+    assert "| 0 lion | -33.3 | 16.7 | -50.0 | 0.0 | 66.7 | flips: x a/b -> a/c |" in table

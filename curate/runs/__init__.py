@@ -37,6 +37,7 @@ __getattr__, __dir__ = lazy_exports(__name__, {
     "write_bytes": "curate.runs.base",
     "write_json": "curate.runs.base",
     "write_parquet": "curate.runs.base",
+    "AnnotatorSpreadRun": "curate.runs.annotator_spread",
     "AttributionRun": "curate.runs.attribution",
     "ModelAttribution": "curate.runs.attribution",
     "InterventionRun": "curate.runs.interventions",
