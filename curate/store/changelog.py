@@ -46,11 +46,15 @@ def _stamp(path: Path) -> list[int] | None:
     return [st.st_ino, st.st_mtime_ns, st.st_size]
 
 
-def log_ahead(root: Path, samples_tmp: Path, records: Iterable[dict[str, Any]]) -> None:
-    """Steps 2 and 3 of the module docstring, for the complete new table file ``samples_tmp``."""
+def log_ahead(root: Path, samples_tmp: Path, records: Iterable[dict[str, Any]], *, target: str = SAMPLES_FILE) -> None:
+    """Steps 2 and 3 of the module docstring, for the complete new table file ``samples_tmp``
+    (``target``: the file it will replace, samples.parquet unless told; the annotation table
+    of :mod:`curate.store.annotations` commits the same way)."""
     log_path = root / CHANGES_FILE
     stamp = _stamp(log_path)
     pending = {"samples": _stamp(samples_tmp), "log_size": stamp[2] if stamp else 0}
+    if target != SAMPLES_FILE:
+        pending["target"] = target
     atomic_write_bytes(root, root / PENDING_FILE, json.dumps(pending).encode("utf-8"))
     append_jsonl(log_path, records)
 
@@ -76,13 +80,14 @@ def settle(root: Path) -> str | None:
     try:
         pending = json.loads(path.read_text(encoding="utf-8"))
         stamp, log_size = pending["samples"], int(pending["log_size"])
+        target = str(pending.get("target", SAMPLES_FILE))
     except FileNotFoundError:
         return None
     except (OSError, ValueError, KeyError, TypeError):  # written atomically: only a hand edit gets here
         log.warning("%s is unreadable; removed", path)
         done(root)
         return None
-    if stamp is not None and _stamp(root / SAMPLES_FILE) == list(stamp):
+    if stamp is not None and "/" not in target and _stamp(root / target) == list(stamp):
         outcome = "kept"
     else:
         log_path = root / CHANGES_FILE

@@ -23,6 +23,7 @@ Checks (severity error unless noted):
 - ``deep=True`` also hashes every image (sha256 must match) and reads its header (size must
   match width/height), and decodes every mask (a PNG cut after its header passes the header
   check, but no stage can read it).
+- ``annotations.parquet`` (issue 44), when present: :func:`curate.store.annotation_schema.annotation_problems`.
 - ``changes.jsonl`` / ``quarantine.jsonl``: lines that do not parse (a torn last line after a
   crash) are warnings.
 - :func:`check_dataset` only: a provenance entry marked unfinished (a derived folder whose
@@ -74,6 +75,7 @@ import yaml
 from curate.labels import LabelSpace
 from curate.store import rowscan
 from curate.store import schema as S
+from curate.store.annotation_schema import ANNOTATIONS_FILE, annotation_problems
 from curate.store.atomic import read_jsonl
 from curate.store.images import ImageRejected, decode, image_size
 from curate.store.provenance import unfinished
@@ -662,7 +664,24 @@ def inspect_dataset(root: str | Path, *, deep: bool = False, cached_files: bool 
             out.problems.append(ValidationProblem(
                 None, None, None, f"{name} line {number} is {error} (a torn write?); it is skipped",
                 severity="warning"))
+    _check_annotations(root, out, table, deep=deep)
     return out
+
+
+def _check_annotations(root: Path, out: Inspection, table: pa.Table | None, *, deep: bool) -> None:
+    """The annotation table's problems (:func:`curate.store.annotation_schema.annotation_problems`),
+    when the folder has one (issue 44)."""
+    if not (root / ANNOTATIONS_FILE).is_file():
+        return
+    if table is not None and "sample_id" in table.column_names:
+        ids = table.column("sample_id").to_pylist()
+    else:
+        try:
+            ids = read_samples_file(root / SAMPLES_FILE, ["sample_id"]).column("sample_id").to_pylist()
+        except Exception:  # noqa: BLE001 - samples.parquet's own problem is reported already
+            ids = []
+    for severity, message in annotation_problems(root, out.backgrounds, ids, deep=deep):
+        out.problems.append(ValidationProblem(None, None, None, message, severity=severity))
 
 
 def _torn_tail(path: Path) -> str | None:
