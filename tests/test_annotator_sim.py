@@ -71,6 +71,7 @@ def test_mask_errors_are_the_stated_ones():
     grown = noisy_mask(truth, MaskNoise(grow=1), rng)
     shrunk = noisy_mask(truth, MaskNoise(grow=-1), rng)
     assert np.all(grown >= truth) and np.all(shrunk <= truth)
+    assert not grown[0].any() and not grown[:, -1].any()  # one step from the object, not the image border
     assert grown.sum() > truth.sum() > shrunk.sum()
     shifted = noisy_mask(truth, MaskNoise(shift=(0, 2)), rng)
     assert shifted.sum() == truth.sum() and np.array_equal(shifted[:, 2:], truth[:, :-2])
@@ -88,3 +89,63 @@ def test_annotator_checks_its_fields():
         SimulatedAnnotator("a", "careful", 0.1, ("grass", "tree"))
     with pytest.raises(ValueError, match="kind must be"):
         SimulatedAnnotator("a", "lazy", 0.1)
+
+
+@pytest.fixture(scope="module")
+def small_world(tmp_path_factory):
+    from curate.collect.synthetic import DEFAULT_CLASSES, WorldSpec, collect_synthetic
+
+    root = tmp_path_factory.mktemp("sim") / "world"
+    collect_synthetic(root, WorldSpec(classes=DEFAULT_CLASSES[:8], per_class=4, image_size=24, seed=5))
+    return root
+
+
+def test_the_team_is_written_to_the_annotation_table_reproducibly(small_world):
+    from curate.collect.annotator_sim import SOURCE, simulate_annotators, world_truth
+    from curate.store import Dataset
+    from curate.store.annotations import current_annotations, gold_answers
+
+    ds = Dataset.open(small_world)
+    team = simulate_annotators(ds, seed=1, gold=0.25)
+    rows = current_annotations(ds)
+    answers = [r for r in rows if r.role == "annotator"]
+    assert len(answers) == 3 * 32 and {r.backend for r in answers} == {"simulated"}
+    assert {r.source for r in answers} == {SOURCE} and all(r.mask for r in answers)
+    assert {r.annotator: 0 for r in answers}.keys() == {"careful", "confuse", "random"}
+    truth = world_truth(ds)
+    assert team.truth == {s: t.background for s, t in truth.items()}
+    assert gold_answers(rows) == {s: (truth[s].background,) for s in team.gold} and len(team.gold) == 8
+    assert sum(r.is_gold for r in answers) == 3 * 8
+    stored = {(r.annotator, r.sample_id): r.backgrounds[0] for r in answers}
+    assert stored == {(a, s): b for a, labels in team.labels.items() for s, b in labels.items()}
+    again = simulate_annotators(ds, seed=1, gold=0.25)
+    assert again.outcome.counts == {"added": 0, "changed": 0, "deleted": 0, "unchanged": 96}
+    assert again.labels == team.labels and again.mask_iou == team.mask_iou
+    # the confuser errs only between grass and tree, the careful one's masks contain the truth
+    for s, b in team.labels["confuse"].items():
+        assert b == team.truth[s] or {b, team.truth[s]} == {"grass", "tree"}
+    assert all(v < 1.0 for v in team.mask_iou["careful"].values())
+
+
+def test_overlap_rotates_photos_evenly_and_bad_teams_write_nothing(small_world, tmp_path):
+    import shutil
+
+    from curate.collect.annotator_sim import simulate_annotators
+    from curate.store import Dataset
+    from curate.store.annotations import load_annotations
+
+    root = tmp_path / "copy"
+    shutil.copytree(small_world, root)
+    ds = Dataset.open(root)
+    before = load_annotations(ds)
+    with pytest.raises(ValueError, match="not in the backgrounds"):
+        simulate_annotators(ds, "careful,confuse:shrub-tree:0.3")
+    with pytest.raises(ValueError, match="overlap must be 1 to 3"):
+        simulate_annotators(ds, overlap=4)
+    assert load_annotations(ds) == before
+    team = simulate_annotators(ds, "careful,random:0.1,random:0.2", overlap=2)
+    counts = sorted(len(v) for v in team.labels.values())
+    assert sum(counts) == 64 and counts[-1] - counts[0] <= 1
+    assert all(len({a for a, v in team.labels.items() if s in v}) == 2 for s in team.truth)
+    with pytest.raises(ValueError, match="not made by `curate collect synthetic`"):
+        simulate_annotators(Dataset.create(tmp_path / "empty", name="e", backgrounds=["grass", "tree"]))

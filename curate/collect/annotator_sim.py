@@ -29,22 +29,36 @@ dilation by a 3x3 square ``grow`` times) or shrunk (``grow < 0``, erosion), shif
 ``(dy, dx)`` pixels (zero fill), and on a share ``miss`` of the photos missing one quarter of the
 object (the pixels on one side of both axes through its centroid, the quadrant drawn at random).
 
+Writing (:func:`simulate_annotators`): each annotator's answer and mask on each photo of a folder
+made by ``curate collect synthetic`` goes into the folder's annotation table
+(:func:`curate.store.annotations.upsert_annotations`, backend ``simulated``, id
+``simulated:<annotator>:<sample>``, source :data:`SOURCE`), with ``overlap`` annotators per photo
+(all of them by default) assigned in rotation so every annotator gets the same number of photos
+(to one), and an optional share of gold photos whose true background is written as an
+adjudicator's gold answer (:func:`curate.store.annotations.write_gold`) and flagged ``is_gold`` in
+the queues that hold them. The truth is regenerated from the world's recorded spec
+(:func:`world_truth`), never read from the folder's ``background``, which the agreement stage may
+have derived since.
+
 Reproducible: the answer of annotator ``k`` (its position in the team) on a photo is drawn from
 ``numpy.random.default_rng([seed, k, crc32(sample_id)])``, so it does not depend on which other
 photos or annotators are simulated, nor on their order.
 """
 from __future__ import annotations
 
+import math
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from curate.collect.world_draw import eroded
 
-__all__ = ["KINDS", "DEFAULT_TEAM", "MaskNoise", "SimulatedAnnotator", "confusion_matrix", "parse_team", "draw_label",
-           "noisy_mask", "mask_iou", "sample_rng"]
+__all__ = ["KINDS", "DEFAULT_TEAM", "MaskNoise", "SimulatedAnnotator", "SimulatedTeam", "WorldTruth", "confusion_matrix",
+           "parse_team", "draw_label", "noisy_mask", "mask_iou", "sample_rng", "world_truth", "simulate_annotators",
+           "SOURCE"]
 
 #: The annotator kinds (module docstring).
 KINDS: tuple[str, ...] = ("careful", "confuse", "random")
@@ -175,10 +189,21 @@ def draw_label(matrix: np.ndarray, truth: int, rng: np.random.Generator) -> int:
     return int(min(np.searchsorted(np.cumsum(row), rng.random(), side="right"), len(row) - 1))
 
 
+def _dilated(mask: np.ndarray) -> np.ndarray:
+    """3x3 binary dilation (a pixel joins when any of its 8 neighbours is inside; outside the image is outside)."""
+    padded = np.pad(mask, 1, constant_values=False)
+    out = np.zeros_like(mask)
+    h, w = mask.shape
+    for dy in (0, 1, 2):
+        for dx in (0, 1, 2):
+            out |= padded[dy:dy + h, dx:dx + w]
+    return out
+
+
 def _grown(mask: np.ndarray, steps: int) -> np.ndarray:
     out = mask.astype(bool)
     for _ in range(abs(steps)):
-        out = ~eroded(~out) if steps > 0 else eroded(out)
+        out = _dilated(out) if steps > 0 else eroded(out)
     return out
 
 
@@ -212,3 +237,122 @@ def mask_iou(a: np.ndarray, b: np.ndarray) -> float:
     a, b = a.astype(bool), b.astype(bool)
     union = int(np.count_nonzero(a | b))
     return 1.0 if union == 0 else int(np.count_nonzero(a & b)) / union
+
+
+# ---------------------------------------------------------------------------------------------
+# The team on a dataset folder
+# ---------------------------------------------------------------------------------------------
+
+#: The annotation table's ``source`` of every simulated answer (a re-run replaces the team's rows).
+SOURCE = "simulated"
+
+
+@dataclass(frozen=True)
+class WorldTruth:
+    """A photo's true background and exact mask, regenerated from the world's spec."""
+
+    background: str
+    mask: np.ndarray
+
+
+def world_truth(ds: Any) -> dict[str, WorldTruth]:
+    """``{sample_id: WorldTruth}`` of every sample of a synthetic folder (``source_id`` =
+    ``"<seed>:<index>"``), regenerated with :func:`curate.collect.synthetic.generate_sample` from the
+    spec ``dataset.yaml`` records; ValueError for a folder the synthetic world did not make."""
+    from curate.collect.synthetic import generate_sample, world_spec_of
+
+    spec = world_spec_of(ds)
+    out: dict[str, WorldTruth] = {}
+    for row in ds.rows(source="synthetic"):
+        seed, _, index = str(row["source_id"]).partition(":")
+        if int(seed) != spec.seed:
+            continue
+        sample = generate_sample(spec, int(index))
+        out[row["sample_id"]] = WorldTruth(sample.background, sample.mask)
+    if not out:
+        raise ValueError(f"{ds.root}: no sample of the recorded synthetic world (seed {spec.seed}) to annotate")
+    return out
+
+
+@dataclass
+class SimulatedTeam:
+    """What :func:`simulate_annotators` drew and wrote (the truth kept beside the answers)."""
+
+    team: list[SimulatedAnnotator]
+    backgrounds: tuple[str, ...]
+    matrices: dict[str, np.ndarray]  # annotator -> C[true, answer] in ``backgrounds`` order
+    truth: dict[str, str]  # sample_id -> true background
+    labels: dict[str, dict[str, str]]  # annotator -> {sample_id: answer}
+    mask_iou: dict[str, dict[str, float]]  # annotator -> {sample_id: IoU of its mask with the true mask}
+    gold: tuple[str, ...] = ()  # the gold photos' sample ids
+    outcome: Any = None  # the annotation table's AnnotationUpsert
+
+    def accuracy(self, annotator: str) -> float:
+        """The share of ``annotator``'s answers that are the true background."""
+        answers = self.labels[annotator]
+        return sum(self.truth[s] == b for s, b in answers.items()) / max(len(answers), 1)
+
+    def true_accuracy(self, annotator: str) -> float:
+        """The accuracy the matrix gives on this folder's photos: mean over photos of ``C[t, t]``."""
+        index = {b: i for i, b in enumerate(self.backgrounds)}
+        diag = np.diag(self.matrices[annotator])
+        answered = self.labels[annotator]
+        return float(np.mean([diag[index[self.truth[s]]] for s in answered])) if answered else float("nan")
+
+
+def _queues(sample_ids: Sequence[str], size: int, overlap: int) -> dict[str, list[int]]:
+    """sample_id -> the team positions that label it: photo i (in the given order) goes to
+    positions ``(i * overlap + j) mod size`` for ``j < overlap``, a rotation that gives every
+    annotator the same number of photos to one."""
+    return {sid: [(i * overlap + j) % size for j in range(overlap)] for i, sid in enumerate(sample_ids)}
+
+
+def simulate_annotators(ds: Any, team: Sequence[SimulatedAnnotator] | str = DEFAULT_TEAM, *, seed: int = 0,
+                        overlap: int | None = None, gold: float = 0.0,
+                        actor: str = "simulate-annotators") -> SimulatedTeam:
+    """Draw every team member's answers and masks on a synthetic folder and write them into its
+    annotation table (module docstring). ``team``: annotators or the team text of :func:`parse_team`;
+    ``overlap``: annotators per photo (default: the whole team); ``gold``: the share of photos
+    (rounded up, the first in ``crc32(sample_id)`` order) whose truth is written as gold.
+    ValueError for a folder the world did not make, a team member whose confused pair is not in
+    the folder's backgrounds, two members of one name, or an overlap outside 1..team size."""
+    from curate.store.annotations import Annotation, upsert_annotations, write_gold
+
+    members = parse_team(team) if isinstance(team, str) else list(team)
+    names = [m.name for m in members]
+    if len(set(names)) != len(names):
+        raise ValueError(f"two team members share a name: {names}")
+    overlap = len(members) if overlap is None else int(overlap)
+    if not 1 <= overlap <= len(members):
+        raise ValueError(f"overlap must be 1 to {len(members)} (the team's size), got {overlap}")
+    if not 0.0 <= gold <= 1.0:
+        raise ValueError(f"the gold share must be in [0, 1], got {gold}")
+    backgrounds = tuple(ds.backgrounds)
+    matrices = {m.name: confusion_matrix(m, backgrounds) for m in members}
+    truths = world_truth(ds)
+    order = sorted(truths, key=lambda s: (zlib.crc32(s.encode()), s))
+    gold_ids = tuple(order[:math.ceil(gold * len(order))]) if gold else ()
+    queues = _queues(order, len(members), overlap)
+    index = {b: i for i, b in enumerate(backgrounds)}
+    labels: dict[str, dict[str, str]] = {m.name: {} for m in members}
+    ious: dict[str, dict[str, float]] = {m.name: {} for m in members}
+    rows, masks = [], {}
+    for sid in order:
+        truth = truths[sid]
+        for position in queues[sid]:
+            member = members[position]
+            rng = sample_rng(seed, position, sid)
+            answer = backgrounds[draw_label(matrices[member.name], index[truth.background], rng)]
+            drawn = noisy_mask(truth.mask, member.masks, rng)
+            aid = f"{SOURCE}:{member.name}:{sid}"
+            rows.append(Annotation(annotation_id=aid, sample_id=sid, annotator=member.name, backend="simulated",
+                                   backgrounds=(answer,), is_gold=sid in gold_ids))
+            masks[aid] = drawn
+            labels[member.name][sid] = answer
+            ious[member.name][sid] = mask_iou(drawn, truth.mask)
+    outcome = upsert_annotations(ds, rows, source=SOURCE, actor=actor, present_ids={r.annotation_id for r in rows},
+                                 masks=masks)
+    if gold_ids:
+        write_gold(ds, {sid: truths[sid].background for sid in gold_ids}, actor)
+    return SimulatedTeam(members, backgrounds, matrices, {s: t.background for s, t in truths.items()}, labels, ious,
+                         gold_ids, outcome)
