@@ -127,7 +127,7 @@ def test_the_team_is_written_to_the_annotation_table_reproducibly(small_world):
     assert all(v < 1.0 for v in team.mask_iou["careful"].values())
 
 
-def test_overlap_rotates_photos_evenly_and_bad_teams_write_nothing(small_world, tmp_path):
+def test_overlap_gives_each_photo_k_annotators_evenly_and_bad_teams_write_nothing(small_world, tmp_path):
     import shutil
 
     from curate.collect.annotator_sim import simulate_annotators

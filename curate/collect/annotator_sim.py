@@ -33,10 +33,11 @@ Writing (:func:`simulate_annotators`): each annotator's answer and mask on each 
 made by ``curate collect synthetic`` goes into the folder's annotation table
 (:func:`curate.store.annotations.upsert_annotations`, backend ``simulated``, id
 ``simulated:<annotator>:<sample>``, source :data:`SOURCE`), with ``overlap`` annotators per photo
-(all of them by default) assigned in rotation so every annotator gets the same number of photos
-(to one), and an optional share of gold photos whose true background is written as an
-adjudicator's gold answer (:func:`curate.store.annotations.write_gold`) and flagged ``is_gold`` in
-the queues that hold them. The truth is regenerated from the world's recorded spec
+(all of them by default) assigned by the review's balanced plan
+(:func:`curate.review.overlap.assign_overlap`, the one ``curate review labelstudio --overlap``
+uses), and an optional share of gold photos whose true background is written as an adjudicator's
+gold answer (:func:`curate.store.annotations.write_gold`), mixed into the queues by that plan and
+flagged ``is_gold`` there. The truth is regenerated from the world's recorded spec
 (:func:`world_truth`), never read from the folder's ``background``, which the agreement stage may
 have derived since.
 
@@ -300,22 +301,17 @@ class SimulatedTeam:
         return float(np.mean([diag[index[self.truth[s]]] for s in answered])) if answered else float("nan")
 
 
-def _queues(sample_ids: Sequence[str], size: int, overlap: int) -> dict[str, list[int]]:
-    """sample_id -> the team positions that label it: photo i (in the given order) goes to
-    positions ``(i * overlap + j) mod size`` for ``j < overlap``, a rotation that gives every
-    annotator the same number of photos to one."""
-    return {sid: [(i * overlap + j) % size for j in range(overlap)] for i, sid in enumerate(sample_ids)}
-
-
 def simulate_annotators(ds: Any, team: Sequence[SimulatedAnnotator] | str = DEFAULT_TEAM, *, seed: int = 0,
                         overlap: int | None = None, gold: float = 0.0,
                         actor: str = "simulate-annotators") -> SimulatedTeam:
     """Draw every team member's answers and masks on a synthetic folder and write them into its
     annotation table (module docstring). ``team``: annotators or the team text of :func:`parse_team`;
     ``overlap``: annotators per photo (default: the whole team); ``gold``: the share of photos
-    (rounded up, the first in ``crc32(sample_id)`` order) whose truth is written as gold.
+    (rounded up, the first in ``crc32(sample_id)`` order) whose truth is written as gold, also the
+    plan's gold share of each queue (with the whole team, every member answers every gold photo).
     ValueError for a folder the world did not make, a team member whose confused pair is not in
     the folder's backgrounds, two members of one name, or an overlap outside 1..team size."""
+    from curate.review.overlap import assign_overlap
     from curate.store.annotations import Annotation, upsert_annotations, write_gold
 
     members = parse_team(team) if isinstance(team, str) else list(team)
@@ -325,23 +321,28 @@ def simulate_annotators(ds: Any, team: Sequence[SimulatedAnnotator] | str = DEFA
     overlap = len(members) if overlap is None else int(overlap)
     if not 1 <= overlap <= len(members):
         raise ValueError(f"overlap must be 1 to {len(members)} (the team's size), got {overlap}")
-    if not 0.0 <= gold <= 1.0:
-        raise ValueError(f"the gold share must be in [0, 1], got {gold}")
+    if not 0.0 <= gold < 1.0:
+        raise ValueError(f"the gold share must be in [0, 1), got {gold}")
     backgrounds = tuple(ds.backgrounds)
     matrices = {m.name: confusion_matrix(m, backgrounds) for m in members}
     truths = world_truth(ds)
     order = sorted(truths, key=lambda s: (zlib.crc32(s.encode()), s))
     gold_ids = tuple(order[:math.ceil(gold * len(order))]) if gold else ()
-    queues = _queues(order, len(members), overlap)
+    plan = assign_overlap(order, names, overlap, seed=seed, gold=gold_ids, gold_share=gold)
+    position = {name: k for k, name in enumerate(names)}
+    queues: dict[str, list[int]] = {sid: [] for sid in order}
+    for name in names:
+        for sid in plan.queues[name]:
+            queues[sid].append(position[name])
     index = {b: i for i, b in enumerate(backgrounds)}
     labels: dict[str, dict[str, str]] = {m.name: {} for m in members}
     ious: dict[str, dict[str, float]] = {m.name: {} for m in members}
     rows, masks = [], {}
     for sid in order:
         truth = truths[sid]
-        for position in queues[sid]:
-            member = members[position]
-            rng = sample_rng(seed, position, sid)
+        for k in sorted(queues[sid]):
+            member = members[k]
+            rng = sample_rng(seed, k, sid)
             answer = backgrounds[draw_label(matrices[member.name], index[truth.background], rng)]
             drawn = noisy_mask(truth.mask, member.masks, rng)
             aid = f"{SOURCE}:{member.name}:{sid}"
