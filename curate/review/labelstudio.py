@@ -752,6 +752,11 @@ def list_users(client: Any) -> dict[int, str]:
     return _users(client)
 
 
+def find_project(client: Any, title: str) -> Any | None:
+    """The project titled ``title`` on the server, or None."""
+    return _find_project(client, title)
+
+
 def annotator_name(annotation: Mapping[str, Any], users: Mapping[int, str] | None = None) -> str:
     """Who submitted an annotation (email, username or id), as the actor ``review.labelstudio:<who>``."""
     return _annotator(annotation, users)
