@@ -16,6 +16,14 @@ that depend on them (issue 48: a batched forward pass rounds differently for oth
 thread counts and other CPUs' kernels): compare labels and scores within a stated tolerance, or
 give both runs identical batches.
 
+Parallel runs (``make test`` runs ``pytest -n 2 --dist loadfile``; ``-n 0`` runs serially, for
+debugging): each pytest-xdist worker is a process with its own session fixtures. A worker takes
+``CURATE_TEST_TORCH_THREADS`` = cores / workers (at least 1) unless the variable is set, and
+``OMP_NUM_THREADS``/``MKL_NUM_THREADS`` likewise for the CLI runs it starts, so every worker computes
+with the same thread count and two workers do not oversubscribe the cores. Under ``--dist loadfile``
+the modules of one :data:`xdist_groups.SHARED_MODULE_GROUPS` group count as one file (one Label
+Studio server, one Ray at a time): :func:`pytest_xdist_make_scheduler`.
+
 The fast tier (``make test-fast``, ``pytest --fast``): the tests :data:`FAST_TIER` names, marked
 ``fast``; with ``--fast`` only they run, and modules without one are not even imported. Every test
 module is classified there (``tests/test_fast_tier.py`` checks), so a new one is placed knowingly.
@@ -31,6 +39,7 @@ from typing import Any
 import pytest
 import torch
 from service_fixtures import fo, ls, mongo  # noqa: F401 - shared fixtures, registered once
+from xdist_groups import group_scheduler, worker_threads
 
 #: Stage settings whose ``batch_size`` is an image batch of a model forward pass (module, class).
 FORWARD_BATCH_SETTINGS = (
@@ -169,10 +178,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = keep
 
 
+@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: pytest without xdist does not know it
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadfile`` with :data:`xdist_groups.SHARED_MODULE_GROUPS` (the module doc); other modes: xdist's."""
+    return group_scheduler(config, log) if config.getvalue("dist") == "loadfile" else None
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Apply ``CURATE_TEST_BATCH_SIZE`` and ``CURATE_TEST_TORCH_THREADS`` (the module doc); register ``fast``
     here, not in pyproject.toml (the Makefile's install stamp hashes that file: an edit reinstalls)."""
     config.addinivalue_line("markers", "fast: the fast tier, `make test-fast` (pytest --fast): tests/fast_tier.txt")
+    workers = env_count("PYTEST_XDIST_WORKER_COUNT")
+    if workers is not None and os.environ.get("PYTEST_XDIST_WORKER"):  # a worker: the module doc's thread counts
+        count = str(worker_threads(workers, os.cpu_count()))
+        for name in ("CURATE_TEST_TORCH_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+            os.environ.setdefault(name, count)
     threads = env_count("CURATE_TEST_TORCH_THREADS")
     if threads is not None:
         torch.set_num_threads(threads)
