@@ -280,7 +280,11 @@ def test_disputes_go_to_the_adjudicator_whose_answer_is_stored_as_gold(ls, world
         for task in person.tasks(result.projects[person.email]):
             person.annotate(result.projects[person.email], task, [answer])
     _pull(ls, world)
-    disputed = [r["sample_id"] for r in world.rows()[:2]]
+    from curate.review.labelstudio_team import disputed_photos
+
+    # two people, two different answers on every photo: a tie everywhere, so every photo is disputed
+    assert disputed_photos(world.root, "majority") == sorted(r["sample_id"] for r in world.rows())
+    disputed = disputed_photos(world.root, "majority")[:2]
     project_id, imported = push_adjudication(world.root, url=ls.url, token=ls.token, adjudicator=judge.email,
                                              disputed=disputed, media=MediaSource("local-files", document_root=ls.docroot))
     assert imported == 2
@@ -294,3 +298,35 @@ def test_disputes_go_to_the_adjudicator_whose_answer_is_stored_as_gold(ls, world
     rows = [s for s in current_annotations(world) if s.role == "adjudicator"]
     assert {s.annotator for s in rows} == {judge.email} and all(s.is_gold for s in rows)
     assert gold_answers(current_annotations(world)) == {sid: (second,) for sid in disputed}
+
+
+def test_the_cli_pushes_a_team_refuses_strangers_and_pulls_every_answer(ls, world, people, monkeypatch) -> None:
+    from click.testing import CliRunner
+
+    from curate.cli import main
+    from curate.store.annotations import current_annotations
+
+    monkeypatch.setenv("CURATE_LS_TOKEN", ls.token)
+    runner = CliRunner(env={"COLUMNS": "200"})
+    common = ["--url", ls.url, "--token-env", "CURATE_LS_TOKEN"]
+    push = ["review", "labelstudio", str(world.root), *common, "--document-root", str(ls.docroot), "--all"]
+    stranger = runner.invoke(main, [*push, "--annotators", f"{people[0].email},stranger@example.com"])
+    assert stranger.exit_code == 1 and "unknown annotator(s)" in stranger.output and "stranger@example.com" in stranger.output
+    assert not (world.root / ".review").exists() or not list((world.root / ".review").glob("labelstudio-team-*"))
+    misuse = runner.invoke(main, [*push, "--gold-share", "0.1"])
+    assert misuse.exit_code == 2 and "go with --annotators" in misuse.output
+    result = runner.invoke(main, [*push, "--annotators", ",".join(p.email for p in people[:2]), "--overlap", "1",
+                                  "--seed", "7"])
+    assert result.exit_code == 0, result.output
+    assert f"{people[0].email}: project" in result.output and "team file:" in result.output
+    from curate.review.labelstudio_team import Team
+
+    team = Team.load(world.root, f"curate: {world.name}")
+    assert team is not None and team.plan.seed == 7 and team.plan.overlap == 1
+    for person in people[:2]:
+        for task in person.tasks(team.projects[person.email]):
+            person.annotate(team.projects[person.email], task, [world.backgrounds[0]])
+    pulled = runner.invoke(main, ["review", "labelstudio", "pull", str(world.root), *common])
+    assert pulled.exit_code == 0, pulled.output
+    assert f"annotations: {len(world.rows())} added" in pulled.output
+    assert len(current_annotations(world)) == len(world.rows())

@@ -4,6 +4,7 @@
     curate review pull DIR                                 read tags and label edits back
     curate review labelstudio DIR --url URL                create/reuse a project, import tasks
     curate review labelstudio pull DIR --url URL           read annotations back
+    curate review labelstudio DIR --url URL --annotators A,B,C --overlap 2   one queue per annotator
     curate review tags DIR                                 the reviewer's vocabulary for DIR
     curate review db status|stop                           curate's offline MongoDB for FiftyOne
     curate review serve-media DIR                          a loopback server of DIR's images
@@ -138,9 +139,21 @@ def review_pull(directory: Path, name: str | None, on_conflict: str, actor: str 
 @click.option("--media-url", help="For --media url: where DIR is served (curate review serve-media DIR).")
 @click.option("--on-conflict", type=_ON_CONFLICT, default="report", show_default=True, help="pull: see `review pull`.")
 @click.option("--dry-run", is_flag=True, help="pull: show what would change; write nothing.")
+@click.option("--annotators", help="Several annotators: their e-mails on the server, comma-separated (each gets a "
+                                   "project with their queue; see docs/review.md#several-annotators).")
+@click.option("--overlap", type=int, default=2, show_default=True,
+              help="With --annotators: how many of them label each photo (balanced, seeded).")
+@click.option("--gold-share", type=float, default=0.0, show_default=True,
+              help="With --annotators: the share of each queue that is gold photos (adjudicated), mixed in unannounced.")
+@click.option("--seed", type=int, default=0, show_default=True, help="With --annotators: the seed of the assignment.")
+@click.option("--adjudicator", help="Push the photos the team's answers leave disputed to this user's queue "
+                                    "(after a team pull).")
+@click.option("--rule", type=click.Choice(["dawid-skene", "majority"]), default="dawid-skene", show_default=True,
+              help="With --adjudicator: the aggregation rule that decides which photos are disputed.")
 def review_labelstudio(words: tuple[str, ...], url: str, token_env: str, project: str | None, views: tuple[str, ...],
                        all_samples: bool, media: str, document_root: Path | None, media_url: str | None,
-                       on_conflict: str, dry_run: bool) -> None:
+                       on_conflict: str, dry_run: bool, annotators: str | None, overlap: int, gold_share: float,
+                       seed: int, adjudicator: str | None, rule: str) -> None:
     """Push DIR into a Label Studio project, or (`labelstudio pull DIR`) read its annotations back.
 
     Push: creates or reuses the project (config from annotation/labelstudio.xml with DIR's
@@ -155,6 +168,7 @@ def review_labelstudio(words: tuple[str, ...], url: str, token_env: str, project
         push_labelstudio,
         token_from_env,
     )
+    from curate.review.labelstudio_team import pushed_modes
 
     if len(words) == 2 and words[0] == "pull":
         action, directory = "pull", Path(words[1]).expanduser()
@@ -165,9 +179,14 @@ def review_labelstudio(words: tuple[str, ...], url: str, token_env: str, project
     if not (directory / "dataset.yaml").is_file():
         raise click.BadParameter(f"{directory} is not a dataset folder (no dataset.yaml)", param_hint="DIR")
     token = token_from_env(token_env)
+    team_push, single_push = pushed_modes(directory, project)
     if action == "pull":
-        if views or all_samples or media_url or document_root:
-            raise click.UsageError("--view/--all/--media-url/--document-root are push options")
+        if views or all_samples or media_url or document_root or annotators or adjudicator:
+            raise click.UsageError("--view/--all/--media-url/--document-root/--annotators/--adjudicator are push options")
+        if team_push:
+            _pull_team(directory, url, token, project, dry_run)
+            if not single_push:
+                return
         report = pull_labelstudio(directory, url=url, token=token, project=project, on_conflict=on_conflict,  # type: ignore[arg-type]
                                   dry_run=dry_run)
         _print_report(report)
@@ -179,6 +198,12 @@ def review_labelstudio(words: tuple[str, ...], url: str, token_env: str, project
     if dry_run or on_conflict != "report":
         raise click.UsageError("--dry-run/--on-conflict are pull options")
     source = MediaSource(media, document_root, media_url)
+    if not annotators and (gold_share or seed or overlap != 2):
+        raise click.UsageError("--overlap/--gold-share/--seed go with --annotators")
+    if annotators or adjudicator:
+        _push_team(directory, url, token, project, views, all_samples, source, annotators, overlap, gold_share, seed,
+                   adjudicator, rule)
+        return
     with progress() as bar:
         task = bar.add_task("preparing tasks", total=None)
         result = push_labelstudio(directory, url=url, token=token, project=project, views=list(views) or None,
@@ -192,6 +217,49 @@ def review_labelstudio(words: tuple[str, ...], url: str, token_env: str, project
                     "prediction score, lowest first)")
     pull = suggest("curate review labelstudio pull {dir} --url {url}", dir=directory, url=result.url)
     out().print(f"open {result.url}/projects/{result.project_id}/data ; then: {pull}", highlight=False)
+
+
+def _push_team(directory: Path, url: str, token: str, project: str | None, views: tuple[str, ...], all_samples: bool,
+               source: Any, annotators: str | None, overlap: int, gold_share: float, seed: int,
+               adjudicator: str | None, rule: str) -> None:
+    """Several annotators: the team's queues (--annotators) or the adjudicator's (--adjudicator)."""
+    from curate.review.labelstudio_team import disputed_photos, push_adjudication, push_team
+
+    if annotators:
+        result = push_team(directory, url=url, token=token, annotators=annotators, overlap=overlap, seed=seed,
+                           gold_share=gold_share, project=project, views=list(views) or None, all_samples=all_samples,
+                           media=source)
+        for name, project_id in result.projects.items():
+            out().print(f"{name}: project {project_id}, {result.loads[name]} photo(s) + {result.gold[name]} gold, "
+                        f"{result.imported[name]} task(s) imported", highlight=False)
+        out().print(f"team file: {result.team_file}", highlight=False)
+    if adjudicator:
+        disputed = disputed_photos(directory, rule)
+        if not disputed:
+            out().print(f"no disputed photos under --rule {rule}: nothing to adjudicate")
+            return
+        project_id, imported = push_adjudication(directory, url=url, token=token, adjudicator=adjudicator,
+                                                 disputed=disputed, project=project, media=source)
+        out().print(f"{adjudicator}: adjudication project {project_id}, {len(disputed)} disputed photo(s), "
+                    f"{imported} task(s) imported", highlight=False)
+    pull = suggest("curate review labelstudio pull {dir} --url {url}", dir=directory, url=url)
+    out().print(f"then: {pull}", highlight=False)
+
+
+def _pull_team(directory: Path, url: str, token: str, project: str | None, dry_run: bool) -> None:
+    from curate.review.labelstudio_team import pull_team
+
+    report = pull_team(directory, url=url, token=token, project=project, dry_run=dry_run)
+    out().print(report.summary(), highlight=False)
+    for line in report.problems[:50]:
+        out().print(f"  [red]problem[/] {escape(line)}", highlight=False, markup=True)
+    if len(report.problems) > 50:
+        out().print(f"  ... and {len(report.problems) - 50} more problems")
+    if report.unlabelled:
+        out().print(f"nobody labelled: {', '.join(report.unlabelled[:10])}"
+                    + (" ..." if len(report.unlabelled) > 10 else ""), highlight=False)
+    if dry_run:
+        out().print("dry run: nothing was written")
 
 
 # ------------------------------------------------------------------------------------ helpers

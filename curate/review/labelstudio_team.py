@@ -143,6 +143,21 @@ class Team:
             raise ReviewError(f"{path} is not a team file curate wrote ({exc}); push the team again") from None
 
 
+def pushed_modes(root: str | Path, project: str | None = None) -> tuple[bool, bool]:
+    """(a team push exists, a single-reviewer push exists) for the folder and project title."""
+    ds = Dataset.open(root)
+    title = project_title(ds, project)
+    return team_path(ds.root, title).is_file(), snapshot_path(ds.root, BACKEND, title).is_file()
+
+
+def disputed_photos(root: str | Path, rule: str = "dawid-skene", threshold: float | None = None) -> list[str]:
+    """The photos the team's answers leave disputed under ``rule`` (:func:`curate.agreement.aggregate_labels`)."""
+    from curate.agreement import aggregate_labels, answers_of
+
+    decisions = aggregate_labels(answers_of(Dataset.open(root)), rule, threshold)
+    return sorted(sid for sid, d in decisions.items() if d.status == "disputed")
+
+
 # ---------------------------------------------------------------------------------------------
 # push
 # ---------------------------------------------------------------------------------------------
