@@ -70,14 +70,34 @@ def _print_report(report: Any, limit: int = 50) -> None:
 @click.option("--address", default="127.0.0.1", show_default=True, help="The App's address (loopback by default).")
 @click.option("--force", is_flag=True, help="Discard edits made in FiftyOne that were not pulled, or take over a "
                                             "FiftyOne dataset pushed from another folder.")
-def review_fiftyone(directory: Path, name: str | None, launch: bool, port: int, address: str, force: bool) -> None:
+@click.option("--annotators", help="Several annotators (comma-separated names): a label field and a saved view "
+                                   "of the queue per annotator, and a view of the disputed photos.")
+@click.option("--overlap", type=int, default=2, show_default=True,
+              help="With --annotators: how many of them label each photo (balanced, seeded).")
+@click.option("--gold-share", type=float, default=0.0, show_default=True,
+              help="With --annotators: the share of each queue that is gold photos (adjudicated).")
+@click.option("--seed", type=int, default=0, show_default=True, help="With --annotators: the seed of the assignment.")
+def review_fiftyone(directory: Path, name: str | None, launch: bool, port: int, address: str, force: bool,
+                    annotators: str | None, overlap: int, gold_share: float, seed: int) -> None:
     """Push DIR into a persistent FiftyOne dataset with saved views for the review tasks."""
     from curate.review.fiftyone import app_url, launch_app, push_fiftyone, tunnel_hint
 
+    if not annotators and (gold_share or seed or overlap != 2):
+        raise click.UsageError("--overlap/--gold-share/--seed go with --annotators")
     with progress() as bar:
         task = bar.add_task("pushing to FiftyOne", total=None)
         result = push_fiftyone(directory, name=name, force=force,
                                progress=lambda done, total: bar.update(task, completed=done, total=total))
+    if annotators:
+        from curate.review.fiftyone_team import push_fiftyone_team
+
+        team = push_fiftyone_team(directory, annotators=annotators, overlap=overlap, seed=seed, gold_share=gold_share,
+                                  name=result.name)
+        for annotator, field_name in team.fields.items():
+            out().print(f"{annotator}: field {field_name}, view 'queue: {annotator}' ({team.loads[annotator]} photo(s) "
+                        f"+ {team.gold[annotator]} gold)", highlight=False)
+        if team.disputed:
+            out().print(f"view 'disputed': {team.disputed} photo(s) for an adjudicator")
     out().print(f"FiftyOne dataset [bold]{result.name}[/]: {result.samples} samples ({result.added} added, "
                 f"{result.updated} updated, {result.deleted} deleted)"
                 + (f", predictions of {len(result.runs)} run(s)" if result.runs else ""))
@@ -111,9 +131,12 @@ def review_fiftyone(directory: Path, name: str | None, launch: bool, port: int, 
 def review_pull(directory: Path, name: str | None, on_conflict: str, actor: str | None, dry_run: bool) -> None:
     """Read the FiftyOne tags and label edits back into DIR (only edited fields change)."""
     from curate.review.fiftyone import pull_fiftyone
+    from curate.review.fiftyone_team import has_team, pull_fiftyone_team
 
     report = pull_fiftyone(directory, name=name, on_conflict=on_conflict, actor=actor, dry_run=dry_run)  # type: ignore[arg-type]
     _print_report(report)
+    if has_team(directory, name):
+        _print_team_report(pull_fiftyone_team(directory, name=name, dry_run=dry_run))
     if dry_run:
         out().print("dry run: nothing was written")
     if report.unresolved:
@@ -249,7 +272,13 @@ def _push_team(directory: Path, url: str, token: str, project: str | None, views
 def _pull_team(directory: Path, url: str, token: str, project: str | None, dry_run: bool) -> None:
     from curate.review.labelstudio_team import pull_team
 
-    report = pull_team(directory, url=url, token=token, project=project, dry_run=dry_run)
+    _print_team_report(pull_team(directory, url=url, token=token, project=project, dry_run=dry_run))
+    if dry_run:
+        out().print("dry run: nothing was written")
+
+
+def _print_team_report(report: Any) -> None:
+    """A team pull's summary, its problems and the photos nobody labelled."""
     out().print(report.summary(), highlight=False)
     for line in report.problems[:50]:
         out().print(f"  [red]problem[/] {escape(line)}", highlight=False, markup=True)
@@ -258,8 +287,6 @@ def _pull_team(directory: Path, url: str, token: str, project: str | None, dry_r
     if report.unlabelled:
         out().print(f"nobody labelled: {', '.join(report.unlabelled[:10])}"
                     + (" ..." if len(report.unlabelled) > 10 else ""), highlight=False)
-    if dry_run:
-        out().print("dry run: nothing was written")
 
 
 # ------------------------------------------------------------------------------------ helpers
