@@ -163,7 +163,7 @@ def review_pull(directory: Path, name: str | None, on_conflict: str, actor: str 
 @click.option("--on-conflict", type=_ON_CONFLICT, default="report", show_default=True, help="pull: see `review pull`.")
 @click.option("--dry-run", is_flag=True, help="pull: show what would change; write nothing.")
 @click.option("--annotators", help="Several annotators: their e-mails on the server, comma-separated (each gets a "
-                                   "project with their queue; see docs/review.md#several-annotators).")
+                                   "project with their queue; see docs/recipes.md#several-annotators).")
 @click.option("--overlap", type=int, default=2, show_default=True,
               help="With --annotators: how many of them label each photo (balanced, seeded).")
 @click.option("--gold-share", type=float, default=0.0, show_default=True,
