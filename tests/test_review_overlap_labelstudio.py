@@ -215,8 +215,8 @@ class _DyingProxy(ThreadingHTTPServer):
     """Forwards to the real server, then stops answering after ``budget`` requests (a server that
     goes away mid-pull)."""
 
-    def __init__(self, target: str, budget: int) -> None:
-        self.target, self.budget = target, budget
+    def __init__(self, target: str, budget: int, deny: str | None = None) -> None:
+        self.target, self.budget, self.deny = target, budget, deny
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -224,6 +224,9 @@ class _DyingProxy(ThreadingHTTPServer):
                 proxy.budget -= 1
                 if proxy.budget < 0:
                     self.connection.close()  # no answer at all
+                    return
+                if proxy.deny and self.path.startswith(proxy.deny):
+                    self.send_error(403, "not for this token")
                     return
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
@@ -264,6 +267,17 @@ def test_a_server_that_stops_mid_pull_writes_nothing_and_the_next_pull_completes
         proxy.server_close()
     assert load_annotations(world) == [] and not (world.root / "annotations.parquet").exists()
     Dataset.open(world.root)
+    # a token that may not list users: refused, never stored under the server's numeric user ids
+    proxy = _DyingProxy(ls.url, budget=1000, deny="/api/users")
+    thread = threading.Thread(target=proxy.serve_forever, daemon=True)
+    thread.start()
+    try:
+        with pytest.raises(ReviewError, match="cannot list the organization's users.*nothing was written"):
+            _pull(ls, world, url=f"http://127.0.0.1:{proxy.server_address[1]}")
+    finally:
+        proxy.shutdown()
+        proxy.server_close()
+    assert not (world.root / "annotations.parquet").exists()
     report = _pull(ls, world)
     assert report.upsert.counts["added"] == sum(len(result.loads) and v for v in result.loads.values())
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,26 @@ def review() -> None:
     """
 
 
+def _team_options(annotators_help: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """--annotators (with its help), --overlap, --gold-share and --seed: the options of a team push."""
+    options = [
+        click.option("--annotators", help=annotators_help),
+        click.option("--overlap", type=int, default=2, show_default=True,
+                     help="With --annotators: how many of them label each photo (balanced, seeded)."),
+        click.option("--gold-share", type=float, default=0.0, show_default=True,
+                     help="With --annotators: the share of each queue that is gold photos (adjudicated), mixed in "
+                          "unannounced."),
+        click.option("--seed", type=int, default=0, show_default=True, help="With --annotators: the seed of the assignment."),
+    ]
+
+    def apply(command: Callable[..., Any]) -> Callable[..., Any]:
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return apply
+
+
 def _print_report(report: Any, limit: int = 50) -> None:
     out().print(report.summary())
     for title, items, colour in (("applied", report.applied, "green"), ("conflict", report.conflicts, "yellow"),
@@ -70,13 +91,8 @@ def _print_report(report: Any, limit: int = 50) -> None:
 @click.option("--address", default="127.0.0.1", show_default=True, help="The App's address (loopback by default).")
 @click.option("--force", is_flag=True, help="Discard edits made in FiftyOne that were not pulled, or take over a "
                                             "FiftyOne dataset pushed from another folder.")
-@click.option("--annotators", help="Several annotators (comma-separated names): a label field and a saved view "
-                                   "of the queue per annotator, and a view of the disputed photos.")
-@click.option("--overlap", type=int, default=2, show_default=True,
-              help="With --annotators: how many of them label each photo (balanced, seeded).")
-@click.option("--gold-share", type=float, default=0.0, show_default=True,
-              help="With --annotators: the share of each queue that is gold photos (adjudicated).")
-@click.option("--seed", type=int, default=0, show_default=True, help="With --annotators: the seed of the assignment.")
+@_team_options("Several annotators (comma-separated names): a label field and a saved view of the queue per "
+                "annotator, and a view of the disputed photos.")
 def review_fiftyone(directory: Path, name: str | None, launch: bool, port: int, address: str, force: bool,
                     annotators: str | None, overlap: int, gold_share: float, seed: int) -> None:
     """Push DIR into a persistent FiftyOne dataset with saved views for the review tasks."""
@@ -162,13 +178,8 @@ def review_pull(directory: Path, name: str | None, on_conflict: str, actor: str 
 @click.option("--media-url", help="For --media url: where DIR is served (curate review serve-media DIR).")
 @click.option("--on-conflict", type=_ON_CONFLICT, default="report", show_default=True, help="pull: see `review pull`.")
 @click.option("--dry-run", is_flag=True, help="pull: show what would change; write nothing.")
-@click.option("--annotators", help="Several annotators: their e-mails on the server, comma-separated (each gets a "
-                                   "project with their queue; see docs/recipes.md#several-annotators).")
-@click.option("--overlap", type=int, default=2, show_default=True,
-              help="With --annotators: how many of them label each photo (balanced, seeded).")
-@click.option("--gold-share", type=float, default=0.0, show_default=True,
-              help="With --annotators: the share of each queue that is gold photos (adjudicated), mixed in unannounced.")
-@click.option("--seed", type=int, default=0, show_default=True, help="With --annotators: the seed of the assignment.")
+@_team_options("Several annotators: their e-mails on the server, comma-separated (each gets a project with their "
+                "queue; see docs/recipes.md#several-annotators).")
 @click.option("--adjudicator", help="Push the photos the team's answers leave disputed to this user's queue "
                                     "(after a team pull).")
 @click.option("--rule", type=click.Choice(["dawid-skene", "majority"]), default="dawid-skene", show_default=True,

@@ -396,7 +396,7 @@ def pull_team(root: str | Path, *, url: str, token: str, project: str | None = N
         queues.append((str(team.adjudication.get("adjudicator")), int(team.adjudication["project_id"]), "adjudicator"))
     exported: list[tuple[str, int, str, list[dict[str, Any]]]] = []
     try:
-        users = list_users(client)
+        users = server_users(client, url)  # never {}: an annotator is named by e-mail, not by a server's id
         for name, pid, role in queues:  # every export first: a server that stops here leaves nothing written
             exported.append((name, pid, role, export_tasks(client, url, pid)))
     except ReviewError as exc:
