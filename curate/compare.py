@@ -18,7 +18,10 @@ each named with the run that repeats it (:class:`Repeat`, :func:`repeats_note`),
 are over the runs kept. Runs named explicitly are all shown.
 
 Writes ``compare.md``, ``compare.csv`` and ``compare.png`` (the scatter with each family's fit
-and y = x).
+and y = x). Where the folder has an annotator-spread run (issue 44), ``compare.md`` ends with its
+newest one's table: each class's drop under the agreed labels, each annotator's and the disputed
+photos in either group, with the spread and the classes whose easy/hard assignment flips
+(:func:`annotator_spread_run`).
 """
 from __future__ import annotations
 
@@ -40,7 +43,7 @@ from curate.runs import EvaluationRun, RunError, iter_runs, write_bytes
 logger = logging.getLogger(__name__)
 
 __all__ = ["RunRow", "Repeat", "cell_sizes", "load_rows", "newest_runs", "repeats_note", "fit_groups", "compare_runs", "drop_text",
-           "to_markdown", "to_csv", "scatter_png", "split_reference", "flag_in_sample"]
+           "to_markdown", "to_csv", "scatter_png", "split_reference", "flag_in_sample", "annotator_spread_run"]
 
 NAN = float("nan")
 
@@ -301,6 +304,18 @@ def scatter_png(rows: Sequence[RunRow], title: str = "easy vs hard (balanced top
     return buffer.getvalue()
 
 
+def annotator_spread_run(dataset_root: Path) -> Any:
+    """The folder's newest :class:`curate.runs.annotator_spread.AnnotatorSpreadRun` (None when it has none;
+    an unreadable one is logged and skipped)."""
+    newest = None
+    for path, run in iter_runs(dataset_root, "annotator-spread"):
+        if isinstance(run, RunError):
+            logger.warning("the annotator-spread run %s cannot be read (%s)", path.name, run)
+        else:
+            newest = run
+    return newest
+
+
 def compare_runs(dataset_root: Path, out_dir: Path | None = None, runs: Sequence[str] | None = None, *,
                  er_scale: str = "logit", repeats: list[Repeat] | None = None) -> tuple[list[RunRow], Path]:
     """Write compare.md / .csv / .png to ``out_dir`` (default ``DIR/runs/compare``).
@@ -316,7 +331,11 @@ def compare_runs(dataset_root: Path, out_dir: Path | None = None, runs: Sequence
         raise ValueError(f"{dataset_root} has no evaluation runs with easy/hard groups to compare "
                          "(run `curate evaluate` after the split)")
     out_dir = Path(out_dir) if out_dir else Path(dataset_root) / "runs" / "compare"
-    write_bytes(out_dir / "compare.md", to_markdown(rows, left_out).encode())
+    markdown = to_markdown(rows, left_out)
+    spread = annotator_spread_run(dataset_root)
+    if spread is not None:
+        markdown += f"\n## How much the drop depends on who labelled (`{spread.name}`)\n\n" + spread.to_markdown()
+    write_bytes(out_dir / "compare.md", markdown.encode())
     write_bytes(out_dir / "compare.csv", to_csv(rows).encode())
     write_bytes(out_dir / "compare.png", scatter_png(rows))
     return rows, out_dir

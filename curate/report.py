@@ -27,7 +27,11 @@ Sections (each present when its inputs exist, otherwise a line saying what to ru
 7. **Explanation quality** (papers/001): every vlm-quality run (:class:`curate.runs.VlmQualityRun`): Visual
    Fidelity, Contrastiveness and their combinations by group and by correct / wrong answer,
    Discriminability with its t-test, ECE, the background mentions and the reliability diagram.
-8. **Gallery**: a few easy and hard images per class (``gallery.png``), chosen deterministically.
+8. **Who labelled** (issue 44): the newest annotator-spread run
+   (:class:`curate.runs.annotator_spread.AnnotatorSpreadRun`): per model, each class's drop under
+   the agreed labels, each annotator's and the disputed photos in either group, the spread, the
+   classes whose easy/hard assignment flips, and a per-class figure (``spread_<run>_<k>.png``).
+9. **Gallery**: a few easy and hard images per class (``gallery.png``), chosen deterministically.
 
 Unreadable runs (unfinished, damaged, written by a newer curate) are listed as notes, never fatal.
 
@@ -472,6 +476,29 @@ def _attribution_section(doc: Document, root: Path, out: Path) -> None:
             doc.table(list(CLASS_COLUMNS), run.class_rows(model))
 
 
+def _spread_section(doc: Document, root: Path, out: Path) -> None:
+    """The newest annotator-spread run: drops by labelling, spread, flips, and the per-class figure."""
+    from curate.compare import annotator_spread_run
+    from curate.split.spread_figure import spread_png
+
+    run = annotator_spread_run(root)
+    if run is None:
+        return
+    doc.heading("How much the drop depends on who labelled")
+    doc.text(f"`{run.name}`: split `{run.split_run}`'s rule re-derives easy and hard under each labelling; "
+             f"`{run.spread.base}` = the aggregated labels ({run.spread.disputed} disputed photo(s) left out, then put "
+             "in either group where an annotator's answer puts them); spread = max - min over the labellings that "
+             "keep the class. Every drop here is in-sample and per model, and spans only the labellings there are "
+             "(docs/science.md#annotator-spread).")
+    for k, m in enumerate(run.models):
+        figure = f"spread_{run.name}_{k}.png"
+        write_bytes(out / figure, spread_png(run, m.model))
+        doc.image(figure, f"Drop by labelling per class, {m.model}")
+        doc.table(["class", *run.columns, "spread", "flag"],
+                  [[f"{r.class_index} {r.class_name}", *(pct(r.drops.get(n, float("nan")), 1) for n in run.columns),
+                    pct(r.spread, 1), run.flag_text(r.class_index)] for r in run.rows() if r.model == m.model])
+
+
 def vlm_quality_summaries(root: Path) -> tuple[list[Any], list[str]]:
     """Every vlm-quality run (:class:`curate.runs.VlmQualityRun`), oldest first, and notes for runs
     that cannot be read."""
@@ -606,7 +633,8 @@ def build_report(
     out.mkdir(parents=True, exist_ok=True)
     for stale in ("fig2_scatter.png", "fig3_counts.png", "fig4_drops.png", "gallery.png", "table2.csv", "plan.png"):
         (out / stale).unlink(missing_ok=True)  # a figure whose inputs are gone must not linger
-    for stale in [*out.glob("fidelity_*.png"), *out.glob("reliability_*.png"), *out.glob("decomposition_*.png")]:
+    for stale in [*out.glob("fidelity_*.png"), *out.glob("reliability_*.png"), *out.glob("decomposition_*.png"),
+                  *out.glob("spread_*.png")]:
         stale.unlink(missing_ok=True)
     doc = Document(title or f"curate report: {ds.name}")
     doc.text(f"Dataset folder `{ds.root.name}`, written by curate {__version__}. Figures are PNG files beside "
@@ -621,6 +649,7 @@ def build_report(
     _fidelity_section(doc, ds.root, out)
     _vlm_quality_section(doc, ds.root, out)
     _attribution_section(doc, ds.root, out)
+    _spread_section(doc, ds.root, out)
     doc.heading("Gallery")
     png, table = gallery_png(ds, gallery_per_group)
     if png is None:

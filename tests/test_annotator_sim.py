@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from curate.agreement.metrics import mask_iou
 from curate.collect.annotator_sim import (
     DEFAULT_TEAM,
     MaskNoise,
     SimulatedAnnotator,
     confusion_matrix,
     draw_label,
-    mask_iou,
     noisy_mask,
     parse_team,
     sample_rng,

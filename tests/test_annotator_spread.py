@@ -81,3 +81,71 @@ def test_the_run_record_round_trips_and_tables_show_drops_spread_and_flips(tmp_p
     assert loaded.flag_text(0) == "flips: x a/b -> a/c"
     table = (tmp_path / "runs" / "spread" / AnnotatorSpreadRun.MARKDOWN).read_text()
     assert "| 0 lion | -33.3 | 16.7 | -50.0 | 0.0 | 66.7 | flips: x a/b -> a/c |" in table
+
+
+def _fake_run(ds, name: str, model_id: str, rate_by_background: dict[str, float], seed: int) -> str:
+    """An evaluation run whose top-1 correctness depends on the photo's background only."""
+    import pyarrow as pa
+
+    from curate.runs.evaluation import EvaluationRun
+    from curate.stages.evaluate import compute_metrics
+
+    rng = np.random.default_rng(seed)
+    rows = ds.rows()
+    correct = [bool(rng.random() < rate_by_background[r["background"]]) for r in rows]
+    table = pa.table({
+        "sample_id": [r["sample_id"] for r in rows], "class_index": [r["class_index"] for r in rows],
+        "group": [r["group"] for r in rows], "background": [r["background"] for r in rows],
+        "topk_labels": [[r["class_index"] if ok else 0] for r, ok in zip(rows, correct)],
+        "topk_scores": [[1.0] for _ in rows], "correct1": correct, "correct5": correct})
+    metrics = compute_metrics(np.array([[r["class_index"] if ok else 0] for r, ok in zip(rows, correct)]),
+                              np.array([r["class_index"] for r in rows]), np.array([r["group"] for r in rows], object),
+                              np.array([r["background"] for r in rows], object), ds.label_space.names,
+                              candidates_per_sample=None, n_boot=20)
+    EvaluationRun(model={"name": model_id, "pretrained": None, "model_id": model_id, "family": "clip"},
+                  label_space={"name": "imagenet1k"}, prompts={"name": "simple", "templates": ["A photo of {}."]},
+                  settings={}, dataset={}, metrics=metrics, predictions_table=table).write(ds.root / "runs" / name)
+    return name
+
+
+def test_the_stage_reads_runs_and_annotations_and_compare_and_report_show_it(tmp_path):
+    """End to end on a two-class world (lion on grass, cicada on tree) labelled by a simulated team:
+    split (from a fake reference run), the spread stage over two fake models, then compare and report."""
+    from click.testing import CliRunner
+
+    from curate.cli import main
+    from curate.collect.annotator_sim import simulate_annotators
+    from curate.collect.synthetic import WorldSpec, classes_by_name, collect_synthetic
+    from curate.compare import compare_runs
+    from curate.report import build_report
+    from curate.runs.annotator_spread import AnnotatorSpreadRun
+    from curate.stages.annotator_spread import SpreadSettings, annotator_spread
+    from curate.stages.split import SplitSettings, split
+
+    ds = collect_synthetic(tmp_path / "w", WorldSpec(classes=classes_by_name(("lion", "cicada", "polar bear")),
+                                                     per_class=30, image_size=16, p=0.6, seed=2))
+    rates = {"grass": 0.9, "tree": 0.5, "snow": 0.2}
+    ref = _fake_run(ds, "ref", "ref", rates, 0)
+    split(ds.root, None, SplitSettings(min_per_background=3, n_boot=50, n_perm=50, crossfit_repeats=2,
+                                       predictions=(ref,)))
+    _fake_run(ds, "eval-a", "a", rates, 1)
+    _fake_run(ds, "eval-b", "b", {"grass": 0.6, "tree": 0.6, "snow": 0.6}, 2)
+    with pytest.raises(ValueError, match="no annotator's answer"):
+        annotator_spread(ds.root, None, SpreadSettings(), run_name="too-early")
+    assert not (ds.root / "runs" / "too-early").exists()
+    simulate_annotators(ds, "careful:0.05,confuse:grass-tree:0.5,random:0.3", seed=1)
+    record = annotator_spread(ds.root, None, SpreadSettings(runs=("eval-a", "eval-b")), run_name="spread")
+    assert isinstance(record, AnnotatorSpreadRun) and record.photos == 90
+    assert record.spread.labellings == [AGREED, "careful", "confuse", "random"]
+    assert [m.model for m in record.models] == ["a", "b"] and {c.model for c in record.spread.cells} == {"a", "b"}
+    rows, folder = compare_runs(ds.root)
+    text = (folder / "compare.md").read_text()
+    assert "## How much the drop depends on who labelled (`spread`)" in text and "| class | agreed | careful" in text
+    result = CliRunner().invoke(main, ["compare", str(ds.root)], terminal_width=250)
+    assert result.exit_code == 0, result.output
+    assert "drop by who labelled" in result.output and "confuse" in result.output
+    report = build_report(ds.root).read_text()
+    assert "## How much the drop depends on who labelled" in report
+    assert (ds.root / "runs" / "report" / "spread_spread_0.png").is_file()
+    with pytest.raises(ValueError, match="no finished evaluation run named nope"):
+        annotator_spread(ds.root, None, SpreadSettings(runs=("nope",)), run_name="bad")

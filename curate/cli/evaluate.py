@@ -117,7 +117,7 @@ def _header_note(directory: Path, runs) -> str:
               help="Scale of the effective-robustness fit (fitted per model family: CLIP, classifier, LVLM).")
 def compare(directory: Path, runs: tuple[str, ...], out_dir: Path | None, er_scale: str) -> None:
     """Table 2 (model, easy, hard, drop, effective robustness) and the Fig. 2 scatter over runs."""
-    from curate.compare import compare_runs, drop_text, repeats_note
+    from curate.compare import annotator_spread_run, compare_runs, drop_text, repeats_note
 
     repeats: list = []
     rows, folder = compare_runs(directory, out_dir, runs or None, er_scale=er_scale, repeats=repeats)
@@ -135,4 +135,21 @@ def compare(directory: Path, runs: tuple[str, ...], out_dir: Path | None, er_sca
     if any(r.in_sample for r in rows):
         out().print("in-sample: the split's reference model chose easy/hard to maximise its own drop; 'corrected' "
                     "chooses on one fold of the images and measures on the other (cross-fitting, `curate split`)")
+    spread = annotator_spread_run(directory)
+    if spread is not None:
+        _print_spread(spread)
     out().print(f"wrote {shown(folder / 'compare.md')}, compare.csv, compare.png")
+
+
+def _print_spread(run) -> None:
+    """The newest annotator-spread run: per model and class, the drop under each labelling (points),
+    the spread and the flips (issue 44)."""
+    table = Table(title=f"drop by who labelled (points; easy/hard re-derived per labelling; run {run.name})",
+                  title_justify="left")
+    for column in ("model", "class", *run.columns, "spread", "flag"):
+        table.add_column(column, justify="left" if column in ("model", "class", "flag") else "right")
+    for r in run.rows():
+        table.add_row(r.model, f"{r.class_index} {r.class_name}", *(pct(r.drops.get(n, float("nan")), 1)
+                                                                    for n in run.columns),
+                      pct(r.spread, 1), run.flag_text(r.class_index))
+    out().print(table)

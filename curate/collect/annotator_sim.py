@@ -55,11 +55,11 @@ from typing import Any
 
 import numpy as np
 
+from curate.agreement.metrics import mask_iou
 from curate.collect.world_draw import eroded
 
 __all__ = ["KINDS", "DEFAULT_TEAM", "MaskNoise", "SimulatedAnnotator", "SimulatedTeam", "WorldTruth", "confusion_matrix",
-           "parse_team", "draw_label", "noisy_mask", "mask_iou", "sample_rng", "world_truth", "simulate_annotators",
-           "SOURCE"]
+           "parse_team", "draw_label", "noisy_mask", "sample_rng", "world_truth", "simulate_annotators", "SOURCE"]
 
 #: The annotator kinds (module docstring).
 KINDS: tuple[str, ...] = ("careful", "confuse", "random")
@@ -231,13 +231,6 @@ def noisy_mask(mask: np.ndarray, noise: MaskNoise, rng: np.random.Generator) -> 
         part = ((yy >= cy) if below else (yy < cy)) & ((xx >= cx) if right else (xx < cx))
         out = out & ~part
     return out.astype(np.uint8)
-
-
-def mask_iou(a: np.ndarray, b: np.ndarray) -> float:
-    """``|a & b| / |a | b|`` of two binary masks (1.0 when both are empty)."""
-    a, b = a.astype(bool), b.astype(bool)
-    union = int(np.count_nonzero(a | b))
-    return 1.0 if union == 0 else int(np.count_nonzero(a & b)) / union
 
 
 # ---------------------------------------------------------------------------------------------
