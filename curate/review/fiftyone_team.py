@@ -1,6 +1,7 @@
 """Several annotators in FiftyOne: a field per annotator, a saved view per queue, a view of disputes.
 
-Issue 44 (docs/design.md#review). What FiftyOne (open source, 1.x) can do here, and what not:
+Issue 44 (docs/recipes.md#several-annotators; the table: docs/design.md#dataset-folder).
+What FiftyOne (open source, 1.x) can do here, and what not:
 
 - It **can** hold every annotator's answer side by side: ``push_fiftyone_team`` adds one
   ``Classifications`` field per annotator (``annotator_<name>``; one label, or two where the photo

@@ -1,6 +1,7 @@
 """Several annotators in Label Studio: one queue per person, every answer pulled, disputes to an adjudicator.
 
-Issue 44 (docs/design.md#review). ``push_team(DIR, annotators=[...], overlap=k)`` plans who labels
+Issue 44 (docs/recipes.md#several-annotators; the table: docs/design.md#dataset-folder).
+``push_team(DIR, annotators=[...], overlap=k)`` plans who labels
 what with :func:`curate.review.overlap.assign_overlap` (k of the n annotators per photo, loads
 within one, gold photos mixed in unannounced) and gives each annotator a **project of their
 own** (``<title> · <annotator>``) holding exactly their queue. Label Studio's open-source edition

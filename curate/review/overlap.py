@@ -1,6 +1,7 @@
 """Which annotator labels which photo: a balanced, seeded overlap with gold photos mixed in.
 
-Several people label each photo so their agreement can be measured (docs/design.md#review;
+Several people label each photo so their agreement can be measured
+(docs/recipes.md#several-annotators; the table: docs/design.md#dataset-folder;
 issue 44). :func:`assign_overlap` gives every photo in scope to exactly ``overlap`` (k) of the
 ``n`` named annotators and, where ``gold_share`` > 0, mixes gold photos (photos whose background
 an adjudicator has fixed) into every queue, unannounced: a gold task looks like any other.
