@@ -14,8 +14,9 @@ group (a class), and the engine:
 4. walks the results *in stream order*, so the outcome never depends on thread timing: a
    content duplicate of an earlier item is recorded as such, a verified image counts towards
    the quota, and the group stops exactly at its quota;
-5. commits in batches through :meth:`Dataset.add_samples` (atomic, deduplicated by sha256;
-   images that fail verification go to the store's ``quarantine.jsonl``), then journals the
+5. commits in batches through :meth:`Dataset.add_samples`, handing it the verified
+   :class:`~curate.store.PreparedImage` so that no image is decoded twice (atomic, deduplicated by
+   sha256; images that fail verification go to the store's ``quarantine.jsonl``), then journals the
    outcomes, then drops the staged bodies. A :class:`Checkpoint` in the stream (a paging
    cursor) is journaled only once everything before it is committed.
 
@@ -442,7 +443,8 @@ class Engine:
         side: dict[str, bytes] = {}
         if cand.side_files is not None:
             side = cand.side_files(fetched.prepared, sid)  # may complete cand.sample (e.g. extra)
-        sample = NewSample(image=fetched.prepared.data, mask=fetched.mask, **cand.sample)
+        # the verified image itself: the store keeps its bytes without decoding them a second time
+        sample = NewSample(image=fetched.prepared, mask=fetched.mask, **cand.sample)
         self._batch.append(_Pending(cand, "added", sample, sample_id=sid, sha256=sha, side=side))
         self._batch_sha[sha] = sid
         self._counted.add(sid)

@@ -73,7 +73,14 @@ from curate.store.atomic import (
     fsync_dir,
     read_jsonl,
 )
-from curate.store.images import QUARANTINE_REASONS, ImageRejected, MaskInput, prepare_image, prepare_mask
+from curate.store.images import (
+    QUARANTINE_REASONS,
+    ImageRejected,
+    MaskInput,
+    PreparedImage,
+    prepare_image,
+    prepare_mask,
+)
 from curate.store.records import AddReport, NewSample, iso_time, now_utc, to_plain, yaml_ready
 from curate.store.validate import (
     CHANGES_FILE,
@@ -496,7 +503,9 @@ class Dataset:
         """Verify, store and append new samples; returns an :class:`AddReport`.
 
         Each image is fully decoded and converted as :func:`curate.store.images.prepare_image`
-        describes; its ``sample_id`` is the first 16 hex digits of the stored bytes' sha256.
+        describes (a verified :class:`~curate.store.images.PreparedImage`, which a collector's
+        engine hands over, was decoded once already and is stored as it is); its ``sample_id`` is
+        the first 16 hex digits of the stored bytes' sha256.
         Content already in the dataset (or earlier in ``items``) is reported as a duplicate and
         not added again, so re-running a collection is idempotent. An input that fails (bad
         image, mask, class or field value) is quarantined: listed in the report and recorded in
@@ -1073,7 +1082,9 @@ class Dataset:
         (content-addressed under quarantine/, at most QUARANTINE_COPY_LIMIT) so that a big
         batch holds no refused bytes in memory."""
         data: bytes | None = None
-        if isinstance(item.image, (bytes, bytearray, memoryview)):
+        if isinstance(item.image, PreparedImage):  # verified, then refused for its class, mask, fields, id
+            data = item.image.data
+        elif isinstance(item.image, (bytes, bytearray, memoryview)):
             data = bytes(item.image)
         elif isinstance(item.image, (str, Path)):
             try:

@@ -43,7 +43,6 @@ from PIL import Image, ImageFile, ImageOps
 
 log = logging.getLogger(__name__)
 
-ImageInput = Path | str | bytes | bytearray | memoryview | Image.Image
 MaskInput = np.ndarray | Path | str | bytes | bytearray | memoryview
 
 #: Reason codes recorded for quarantined inputs (``quarantine.jsonl``), with their meaning.
@@ -76,12 +75,22 @@ class ImageRejected(ValueError):
         self.detail = detail
 
 
+#: Marks a :class:`PreparedImage` that :func:`prepare_image` made in this process (verified by a full decode).
+_SEAL = object()
+
+
 @dataclass(frozen=True)
 class PreparedImage:
     """An image ready to store: its bytes, their sha256, extension and upright size.
 
     ``conversions`` lists what was done to the source ("exif_transpose", "mode CMYK->RGB",
     "16-bit->8-bit", "alpha over white", "re-encoded PNG", ...); empty when stored verbatim.
+
+    One made by :func:`prepare_image` is *verified* (:attr:`verified`): handing it to
+    :meth:`~curate.store.Dataset.add_samples` (``NewSample(image=prepared)``) stores its bytes
+    without decoding them again, so a collector that verified an image on its way in does not pay
+    for a second decode (issue 42). Any other instance (built by hand, or a ``dataclasses.replace``
+    copy, which does not carry the mark) is verified from its ``data`` like plain bytes.
     """
 
     data: bytes
@@ -91,6 +100,21 @@ class PreparedImage:
     height: int
     source_format: str | None
     conversions: tuple[str, ...] = field(default_factory=tuple)
+    _seal: object = field(default=None, init=False, repr=False, compare=False)
+
+    @property
+    def verified(self) -> bool:
+        """Whether :func:`prepare_image` made this instance (so its bytes decode, and ``sha256``,
+        ``ext`` and the size are theirs)."""
+        return self._seal is _SEAL
+
+
+ImageInput = Path | str | bytes | bytearray | memoryview | Image.Image | PreparedImage
+
+
+def _sealed(prepared: PreparedImage) -> PreparedImage:
+    object.__setattr__(prepared, "_seal", _SEAL)
+    return prepared
 
 
 _DECODE_GUARD = threading.Lock()
@@ -279,19 +303,23 @@ def prepare_image(image: ImageInput) -> PreparedImage:
     """Verify, convert and encode one input image for storage (see the module docstring).
 
     Raises :class:`ImageRejected` (with a reason code) for anything that must be quarantined.
+    A :attr:`~PreparedImage.verified` :class:`PreparedImage` is returned as it is (it was decoded
+    once already); any other :class:`PreparedImage` is prepared from its ``data``.
     """
+    if isinstance(image, PreparedImage):
+        return image if image.verified else prepare_image(image.data)
     if isinstance(image, Image.Image):
-        return _prepare_pil(image)
+        return _sealed(_prepare_pil(image))
     data = read_source(image)
     img = decode(data)
     fmt = img.format
     orientation = _orientation(img)
     wide = _png16_colour(data, img)
     if fmt in _VERBATIM_FORMATS and img.mode == "RGB" and orientation == 1 and wide is None:
-        return PreparedImage(
+        return _sealed(PreparedImage(
             data=data, sha256=hashlib.sha256(data).hexdigest(), ext=_VERBATIM_FORMATS[fmt],
             width=img.width, height=img.height, source_format=fmt,
-        )
+        ))
     notes: list[str] = []
     keep_icc = img.mode == "RGB"  # a CMYK/gray profile does not describe the converted pixels
     icc = img.info.get("icc_profile") if keep_icc else None
@@ -308,10 +336,10 @@ def prepare_image(image: ImageInput) -> PreparedImage:
     # PNG, not the source's format: lossless, so the stored pixels are the converted ones (module doc)
     notes.append("re-encoded PNG")
     data = _encode_png(img, icc)
-    return PreparedImage(
+    return _sealed(PreparedImage(
         data=data, sha256=hashlib.sha256(data).hexdigest(), ext="png",
         width=img.width, height=img.height, source_format=fmt, conversions=tuple(notes),
-    )
+    ))
 
 
 def _prepare_pil(image: Image.Image) -> PreparedImage:

@@ -17,7 +17,8 @@ from curate.store.images import ImageInput, MaskInput
 class NewSample:
     """One image to add, with what is known about it (fields = the schema's columns).
 
-    ``image``: a path, the encoded bytes, or a PIL image. The class is ``class_index`` (into the
+    ``image``: a path, the encoded bytes, a PIL image, or a :class:`~curate.store.images.PreparedImage`
+    (one ``prepare_image`` made is stored without a second decode). The class is ``class_index`` (into the
     dataset's label space) or ``class_name`` (any name/id the label space resolves), or both if
     they agree, or neither. ``mask``: H x W (the stored, upright image's size), 0/1 or instance
     ids 0..255, as an array, a path or PNG bytes. ``extra``: JSON-serialisable values, stored as
