@@ -112,4 +112,5 @@ def test_the_cli_pushes_the_team_fields_and_review_pull_stores_the_answers(fo, w
     pulled = runner.invoke(main, ["review", "pull", str(world.root), "--name", name])
     assert pulled.exit_code == 0, pulled.output
     assert f"annotations: {len(queue)} added" in pulled.output and "photo(s) nobody labelled" in pulled.output
+    assert "derived from every answer by: curate agreement" in pulled.output
     assert len(current_annotations(world)) == len(queue)

@@ -152,7 +152,7 @@ def review_pull(directory: Path, name: str | None, on_conflict: str, actor: str 
     report = pull_fiftyone(directory, name=name, on_conflict=on_conflict, actor=actor, dry_run=dry_run)  # type: ignore[arg-type]
     _print_report(report)
     if has_team(directory, name):
-        _print_team_report(pull_fiftyone_team(directory, name=name, dry_run=dry_run))
+        _print_team_report(pull_fiftyone_team(directory, name=name, dry_run=dry_run), directory)
     if dry_run:
         out().print("dry run: nothing was written")
     if report.unresolved:
@@ -283,13 +283,13 @@ def _push_team(directory: Path, url: str, token: str, project: str | None, views
 def _pull_team(directory: Path, url: str, token: str, project: str | None, dry_run: bool) -> None:
     from curate.review.labelstudio_team import pull_team
 
-    _print_team_report(pull_team(directory, url=url, token=token, project=project, dry_run=dry_run))
+    _print_team_report(pull_team(directory, url=url, token=token, project=project, dry_run=dry_run), directory)
     if dry_run:
         out().print("dry run: nothing was written")
 
 
-def _print_team_report(report: Any) -> None:
-    """A team pull's summary, its problems and the photos nobody labelled."""
+def _print_team_report(report: Any, directory: Path) -> None:
+    """A team pull's summary, its problems, the photos nobody labelled and the next step."""
     out().print(report.summary(), highlight=False)
     for line in report.problems[:50]:
         out().print(f"  [red]problem[/] {escape(line)}", highlight=False, markup=True)
@@ -298,6 +298,8 @@ def _print_team_report(report: Any) -> None:
     if report.unlabelled:
         out().print(f"nobody labelled: {', '.join(report.unlabelled[:10])}"
                     + (" ..." if len(report.unlabelled) > 10 else ""), highlight=False)
+    out().print("the folder's background is derived from every answer by: "
+                + suggest("curate agreement {dir}", dir=directory), highlight=False)
 
 
 # ------------------------------------------------------------------------------------ helpers
