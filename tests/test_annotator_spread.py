@@ -147,5 +147,9 @@ def test_the_stage_reads_runs_and_annotations_and_compare_and_report_show_it(tmp
     report = build_report(ds.root).read_text()
     assert "## How much the drop depends on who labelled" in report
     assert (ds.root / "runs" / "report" / "spread_spread_0.png").is_file()
+    cli = CliRunner().invoke(main, ["annotator-spread", str(ds.root), "--run", "eval-a", "--rule", "majority",
+                                    "--run-name", "spread-cli"], terminal_width=250)
+    assert cli.exit_code == 0, cli.output
+    assert "drop by who labelled" in cli.output and "class(es) flagged" in cli.output
     with pytest.raises(ValueError, match="no finished evaluation run named nope"):
         annotator_spread(ds.root, None, SpreadSettings(runs=("nope",)), run_name="bad")

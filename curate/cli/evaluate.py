@@ -142,14 +142,7 @@ def compare(directory: Path, runs: tuple[str, ...], out_dir: Path | None, er_sca
 
 
 def _print_spread(run) -> None:
-    """The newest annotator-spread run: per model and class, the drop under each labelling (points),
-    the spread and the flips (issue 44)."""
-    table = Table(title=f"drop by who labelled (points; easy/hard re-derived per labelling; run {run.name})",
-                  title_justify="left")
-    for column in ("model", "class", *run.columns, "spread", "flag"):
-        table.add_column(column, justify="left" if column in ("model", "class", "flag") else "right")
-    for r in run.rows():
-        table.add_row(r.model, f"{r.class_index} {r.class_name}", *(pct(r.drops.get(n, float("nan")), 1)
-                                                                    for n in run.columns),
-                      pct(r.spread, 1), run.flag_text(r.class_index))
-    out().print(table)
+    """The newest annotator-spread run's table (issue 44; curate.cli.annotators.spread_table)."""
+    from curate.cli.annotators import spread_table
+
+    out().print(spread_table(run))
