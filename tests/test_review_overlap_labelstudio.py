@@ -312,6 +312,14 @@ def test_disputes_go_to_the_adjudicator_whose_answer_is_stored_as_gold(ls, world
     rows = [s for s in current_annotations(world) if s.role == "adjudicator"]
     assert {s.annotator for s in rows} == {judge.email} and all(s.is_gold for s in rows)
     assert gold_answers(current_annotations(world)) == {sid: (second,) for sid in disputed}
+    # the community edition shows every project to every member: an answer in someone else's queue
+    # is stored under who gave it, and reported
+    stray = judge.tasks(result.projects[a.email])[0]
+    judge.annotate(result.projects[a.email], stray, [first])
+    report = _pull(ls, world)
+    assert report.upsert.counts["added"] == 1
+    assert any(f"{judge.email} answered {stray['data']['sample_id']} in {a.email}'s queue" in p for p in report.problems)
+    assert any(s.annotator == judge.email and s.role == "annotator" for s in current_annotations(world))
 
 
 def test_the_cli_pushes_a_team_refuses_strangers_and_pulls_every_answer(ls, world, people, monkeypatch) -> None:
