@@ -179,6 +179,20 @@ def test_instance_masks_saved_view_and_label_space_from_the_dataset(source, tmp_
     assert not again.added and len(Dataset.open(tmp_path / "ds")) == 3
 
 
+def test_each_image_is_decoded_once(source, tmp_path, monkeypatch) -> None:
+    """Pillow opens each sample's image once on its way in (the engine's verification), not again in the
+    store (issue 42; the other collectors: tests/test_collect_decodes.py). Masks are other files."""
+    from decode_helpers import count_opens, opens_per_stored_image
+
+    from curate.collect import collect_fiftyone
+
+    counts = count_opens(monkeypatch)
+    report = collect_fiftyone(source.name, tmp_path / "ds", mask_field="seg", license="cc0")
+    monkeypatch.undo()
+    opened = opens_per_stored_image(counts, tmp_path / "ds")
+    assert len(report.added) == len(opened) == 6 and set(opened.values()) == {1}
+
+
 def test_bad_requests_are_one_line_errors_that_touch_nothing(source, tmp_path) -> None:
     runner = CliRunner(env={"COLUMNS": "200"})
     root = tmp_path / "ds"

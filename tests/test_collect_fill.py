@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -216,6 +217,25 @@ def test_fill_ranks_by_background_embedding(labelled: Path, place_server: FakeIN
     assert by_hand == pytest.approx([proposals[sid]["score"] for sid in proposals], abs=0.02)
     truth = [place_server.world.background_of(int(sid)) == "snow" for sid, _ in entry.ranked]
     assert 0 < sum(truth) <= 8 and all(truth[:sum(truth)])  # every listed snow photo ranked first
+
+
+def test_fill_with_a_model_downloads_each_candidate_once(labelled: Path, place_server: FakeINat, tiny_clip,
+                                                        tmp_path: Path) -> None:
+    """The photos scored by the CLIP are downloaded once each: the top ones are added from what the
+    scorer fetched, not downloaded a second time by the engine (issue 42); the staging folder is gone."""
+    root = _copy(labelled, tmp_path)
+    before = Counter(place_server.photo_requests)
+    with client_for(place_server) as client:
+        report = fill_group(root, {OSTRICH: 4}, steer=False, over_fetch=2, model=tiny_clip,
+                            api_url=place_server.api_url, client=client)
+    fetched = Counter(place_server.photo_requests)
+    fetched.subtract(before)
+    fetched = +fetched  # photos requested during the fill, with how many times
+    added = [int(r["source_id"]) for r in Dataset.open(root).rows() if "proposed:hard" in r["tags"]]
+    assert report.classes[0].listed == 8 and len(added) == 4 and set(added) <= set(fetched)
+    assert len(fetched) == 8 and set(fetched.values()) == {1}, dict(fetched)
+    assert report.collect.client["downloads"] == 8
+    assert not list((root / ".collect").glob("*.staging"))
 
 
 def test_cli_fill_with_model(labelled: Path, place_server: FakeINat, tmp_path: Path) -> None:

@@ -23,7 +23,8 @@ For each class that needs photos (``curate plan``'s count for the group, or ``n`
    With a CLIP (``model``), the candidates are instead ranked by their **background embedding**:
    ``cos(b, mean_group) - cos(b, mean_other)`` with ``b`` the photo's CLIP embedding with the class's
    text direction projected out (:mod:`curate.collect.fill_score`; the photos are downloaded through
-   the collector's client into memory for this, never into the dataset);
+   the collector's client for this, once each: staged in the job's journal, never in the dataset,
+   and the top ones are added from there);
 4. **add the top n** through the collector's engine (same licences, rate limits, journal and
    resumability, offline errors) as ``candidate`` samples with ``extra.proposed_for`` =
    ``{group, score, query, split, steered, scored_by}`` (``scored_by``: ``method`` place-month,
@@ -386,7 +387,8 @@ def fill_group(
                     raise FillError(f"class {cls.label}: the query {query or '(unsteered)'} lists no photo that is "
                                     "not already in the folder; widen it (--group, fewer filters) or fill unsteered")
                 if scorer is not None:
-                    values = _embedding_scores(scorer, ds, rows, index, group, cls.name, client, candidates)
+                    values = _embedding_scores(scorer, ds, rows, index, group, cls.name, client, candidates,
+                                               journal)
                 else:
                     values = [steering[index].score(place_of(c.sample["extra"])) if steer else 0.0
                               for c in candidates]
@@ -445,12 +447,13 @@ def _group_rows(rows: Sequence[Mapping[str, Any]], class_index: int, group: str)
 
 
 def _embedding_scores(scorer: EmbeddingScorer, ds: Dataset, rows: Sequence[Mapping[str, Any]], class_index: int,
-                      group: str, class_name: str, client: PoliteClient, candidates: Sequence[Candidate]) -> list[float]:
+                      group: str, class_name: str, client: PoliteClient, candidates: Sequence[Candidate],
+                      journal: Journal) -> list[float]:
     """:func:`~curate.collect.fill_score.background_score` of each candidate (-inf: its photo could
-    not be downloaded or read)."""
+    not be downloaded or read); the photos are staged in ``journal`` for the engine (downloaded once)."""
     in_group, other = _group_rows(rows, class_index, group)
     direction = scorer.direction(class_name)
-    values, ok = scorer.candidate_backgrounds(client, candidates, direction)
+    values, ok = scorer.candidate_backgrounds(client, candidates, direction, journal)
     scores = background_score(values, scorer.group_backgrounds(ds, in_group, direction),
                               scorer.group_backgrounds(ds, other, direction))
     return [float(s) if good else float("-inf") for s, good in zip(scores, ok)]

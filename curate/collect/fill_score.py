@@ -2,8 +2,10 @@
 docs/design.md#collection-plan).
 
 Each candidate's photo is downloaded through the collector's client (its rate, byte and host
-limits; the listing already kept only accepted licences) into memory, never into the dataset (the
-top ones are fetched again by the collector's engine when added), encoded by the CLIP, and its
+limits; the listing already kept only accepted licences), never into the dataset: its body is
+staged in the fill job's journal (:meth:`~curate.collect.journal.Journal.stage`), where the
+collector's engine takes the top ones from when it adds them, so each candidate is downloaded once
+(issue 42; a killed fill resumes from the staged bodies too), encoded by the CLIP, and its
 background embedding ``b`` made as ``curate discover`` makes it for photos without a trusted mask:
 the whole-image embedding with the class's text direction projected out
 (:func:`curate.discover.embed.project_out`). A just-listed candidate has no mask, so removal is not
@@ -27,6 +29,7 @@ import numpy as np
 
 from curate.collect.engine import Candidate
 from curate.collect.http import HttpError, PoliteClient
+from curate.collect.journal import Journal
 from curate.metrics.projection import project_out
 
 #: How the score is made, recorded in each proposal's ``extra.proposed_for.scored_by``.
@@ -77,10 +80,11 @@ class EmbeddingScorer:
             return np.zeros((0, 1), np.float32)
         return project_out(np.asarray(feats.values), direction)
 
-    def candidate_backgrounds(self, client: PoliteClient, candidates: Sequence[Candidate], direction: np.ndarray
-                              ) -> tuple[np.ndarray, list[bool]]:
-        """Background embeddings of the candidates' photos, downloaded into memory: ``(values, ok)``; a
-        photo that cannot be downloaded or read gets a zero row and ``ok`` False."""
+    def candidate_backgrounds(self, client: PoliteClient, candidates: Sequence[Candidate], direction: np.ndarray,
+                              journal: Journal | None = None) -> tuple[np.ndarray, list[bool]]:
+        """Background embeddings of the candidates' photos: ``(values, ok)``; a photo that cannot be
+        downloaded or read gets a zero row and ``ok`` False. With ``journal``, each body is taken from its
+        staging when there, else downloaded and staged under the candidate's key (module docstring)."""
         import torch
         from PIL import Image
 
@@ -88,7 +92,7 @@ class EmbeddingScorer:
         ok: list[bool] = []
         for cand in candidates:
             try:
-                data = client.download(str(cand.url)) if cand.url else Path(str(cand.path)).read_bytes()
+                data = _body(client, cand, journal)
                 with Image.open(io.BytesIO(data)) as opened:
                     images.append(opened.convert("RGB"))
                 ok.append(True)
@@ -112,3 +116,16 @@ class EmbeddingScorer:
         projected = project_out(stacked, direction)
         projected[[not flag for flag in ok]] = 0.0
         return projected, ok
+
+
+def _body(client: PoliteClient, cand: Candidate, journal: Journal | None) -> bytes:
+    """The candidate's photo: staged, else downloaded (and staged for the engine), else read from disk."""
+    if not cand.url:
+        return Path(str(cand.path)).read_bytes()
+    staged = journal.read_staged(cand.key) if journal is not None else None
+    if staged is not None:
+        return staged
+    data = client.download(str(cand.url))
+    if journal is not None:
+        journal.stage(cand.key, data)
+    return data
