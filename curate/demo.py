@@ -15,6 +15,8 @@
 7. Saliency (papers/004, papers/000): mean SSS and RMA on easy vs hard images for both models,
    with GradCAM and LayerCAM (the methods disagree on this world; see docs/results.md).
 8. The report (Markdown + HTML with the figures) and the Hub folder (``load_dataset``-ready).
+9. Several annotators (issue 44): a simulated team of three labels a small world of known truth;
+   their agreement table (alpha, kappa, gold accuracy, Dawid-Skene), no model (seconds).
 
 A CLIP that learned the shortcut scores high on aligned and low on conflicting images; the
 one trained without the correlation shows a small gap. Later stages (split, evaluate,
@@ -84,6 +86,7 @@ class DemoResult:
     attribution_report: Path | None = None
     discovery: list[dict] = field(default_factory=list)  # per class of the planted world: removal vs whole-image baseline
     discovery_null: str = ""  # what discovery proposed on the null world
+    team: list[str] = field(default_factory=list)  # the simulated team's agreement table (issue 44), text lines
 
 
 @dataclass
@@ -229,6 +232,7 @@ def run_full_demo(workdir: Path, settings: DemoSettings | None = None, **callbac
     result.masks = _mask_proposals(workdir, say)
     result.attribution, result.attribution_report = _interventions(workdir, shortcut, say)
     result.discovery, result.discovery_null = _discovery(workdir, say)
+    result.team = _annotator_team(workdir, say)
     _report_and_publish(workdir, eval_ds, evaluations, result, say)
     return result
 
@@ -452,6 +456,17 @@ def _fidelity(root: Path, shortcut: list[DemoRow], say, result: DemoResult | Non
             result.fidelity_masks = run.mask_line
     say(f"fidelity: {len(shortcut)} runs (F-Fidelity of {', '.join(SALIENCY_METHODS)} vs the object mask and a random map)")
     return rows
+
+
+def _annotator_team(workdir: Path, say) -> list[str]:
+    """Issue 44: a simulated team of three labels a small world (no model); their agreement, and their
+    accuracy against the world's truth (curate.collect.simulated_team; seconds)."""
+    from curate.collect.simulated_team import team_agreement
+
+    measured = team_agreement(workdir / "world-team")
+    say(f"agreement of a simulated team of three on {measured.photos} photos (curate simulate-annotators, "
+        "curate agreement)")
+    return measured.lines()
 
 
 def _report_and_publish(workdir: Path, eval_ds, evaluations, result: DemoResult, say) -> None:

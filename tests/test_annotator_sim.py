@@ -166,3 +166,19 @@ def test_the_cli_draws_a_team_and_prints_its_accuracies(small_world, tmp_path):
     assert "careful:0" in result.output and "random:0.5" in result.output and "64 added" in result.output
     bad = CliRunner().invoke(main, ["simulate-annotators", str(root), "--team", "lazy:0.1"])
     assert bad.exit_code == 1 and "kind must be one of" in bad.output
+
+
+def test_the_demo_team_table_measures_three_annotators_against_the_truth(tmp_path):
+    """The demo's step (curate.collect.simulated_team): 120 photos, three annotators and the aggregated
+    row, alpha per class and overall, kappa per pair; the careful annotator is the most accurate."""
+    from curate.collect.simulated_team import team_agreement
+
+    measured = team_agreement(tmp_path / "team", replicates=50)
+    assert measured.photos == 120
+    rows = [line.split(" | ") for line in measured.annotators.splitlines()[2:]]
+    assert [r[0].strip("| ") for r in rows] == ["careful", "confuse", "random", "Dawid-Skene (agreed)"]
+    accuracy = {r[0].strip("| "): float(r[2]) for r in rows}
+    assert accuracy["careful"] > max(accuracy["confuse"], accuracy["random"])
+    assert accuracy["Dawid-Skene (agreed)"] > accuracy["careful"]
+    assert "| (all) |" in measured.alpha and measured.kappa.count("-") == 3
+    assert measured.lines()[0].startswith("| annotator |")

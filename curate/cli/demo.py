@@ -127,6 +127,12 @@ def demo(workdir: Path, steps: int | None) -> None:
                     "agreement of all of the class's groups with the drawn backgrounds (1 = identical, 0 = chance), with "
                     f"the object removed and, as the baseline, from whole-image embeddings; {result.discovery_null}",
                     highlight=False)
+    if result.team:
+        out().print("agreement of a simulated team of three (careful 5 % wrong, confuses grass/tree 30 %, random 10 %) "
+                    "on a small world whose truth is known; alpha is agreement, not accuracy (docs/science.md#who-labelled):",
+                    highlight=False)
+        for line in result.team:
+            out().print("  " + line, highlight=False)
     out().print(f"runs: {shown(workdir / 'world-eval' / 'runs')}/"
                 + (f"  table and scatter: {shown(result.compare_dir / 'compare.md')}, compare.png"
                    if result.compare_dir else ""))
