@@ -348,6 +348,9 @@ def test_the_cli_pushes_a_team_refuses_strangers_and_pulls_every_answer(ls, worl
     for person in people[:2]:
         for task in person.tasks(team.projects[person.email]):
             person.annotate(team.projects[person.email], task, [world.backgrounds[0]])
+    dry = runner.invoke(main, ["review", "labelstudio", "pull", str(world.root), *common, "--dry-run"])
+    assert dry.exit_code == 0 and "dry run: nothing was written" in dry.output, dry.output
+    assert not (world.root / "annotations.parquet").exists()
     pulled = runner.invoke(main, ["review", "labelstudio", "pull", str(world.root), *common])
     assert pulled.exit_code == 0, pulled.output
     assert f"annotations: {len(world.rows())} added" in pulled.output
