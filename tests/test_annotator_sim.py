@@ -151,19 +151,18 @@ def test_overlap_gives_each_photo_k_annotators_evenly_and_bad_teams_write_nothin
         simulate_annotators(Dataset.create(tmp_path / "empty", name="e", backgrounds=["grass", "tree"]))
 
 
-def test_the_cli_draws_a_team_and_prints_its_accuracies(small_world, tmp_path):
-    import shutil
-
+def test_the_cli_draws_a_team_and_prints_its_accuracies(tmp_path):
     from click.testing import CliRunner
 
     from curate.cli import main
+    from curate.collect.synthetic import DEFAULT_CLASSES, WorldSpec, collect_synthetic
 
     root = tmp_path / "cli"
-    shutil.copytree(small_world, root)
+    collect_synthetic(root, WorldSpec(classes=DEFAULT_CLASSES[:8], per_class=2, image_size=16, seed=5))
     result = CliRunner().invoke(main, ["simulate-annotators", str(root), "--team", "careful,random:0.5", "--seed", "2"],
                                 terminal_width=200)
     assert result.exit_code == 0, result.output
-    assert "careful:0" in result.output and "random:0.5" in result.output and "64 added" in result.output
+    assert "careful:0" in result.output and "random:0.5" in result.output and "32 added" in result.output
     bad = CliRunner().invoke(main, ["simulate-annotators", str(root), "--team", "lazy:0.1"])
     assert bad.exit_code == 1 and "kind must be one of" in bad.output
 
