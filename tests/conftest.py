@@ -210,15 +210,33 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
 @pytest.fixture(scope="session")
 def demo_dir(tmp_path_factory) -> Path:
-    """The demo's worlds and weights (``curate.demo.run_demo``: two reference CLIPs, about 2 minutes).
+    """The demo's worlds and weights (``curate.demo.run_demo``), shared by the slow suites (explain,
+    fidelity, attribution worlds, the demo's own test).
 
-    ``$CURATE_DEMO_WORKDIR`` if set (reused when current), else trained once per session and
-    shared by the slow suites (explain, fidelity).
+    In ``$CURATE_DEMO_WORKDIR`` if set, else a fresh folder per session (per xdist worker). The three
+    tiny CLIPs (about 2 minutes of training) come from the model cache (tests/model_cache.py): trained
+    once per clone and recipe, the first worker to ask trains them while another waits and copies
+    them; the worlds are generated here (seconds) and ``run_demo`` reuses the copied weights.
     """
+    import shutil
+
+    from model_cache import demo_models
+
     from curate.demo import run_demo
 
     workdir = Path(os.environ.get("CURATE_DEMO_WORKDIR") or tmp_path_factory.mktemp("demo"))
-    run_demo(workdir)
+
+    def train(folder: Path) -> None:
+        run_demo(workdir)
+        for weights in (workdir / "models").glob("*.pt"):
+            shutil.copy2(weights, folder / weights.name)
+
+    cached = demo_models(train)
+    (workdir / "models").mkdir(parents=True, exist_ok=True)
+    for weights in cached.glob("*.pt"):
+        shutil.copy2(weights, workdir / "models" / weights.name)
+    rows = run_demo(workdir)
+    assert not any(row.trained for row in rows), f"{cached} holds weights run_demo does not reuse; delete it"
     return workdir
 
 
