@@ -94,6 +94,10 @@ DEFAULT_CLASSES: tuple[SyntheticClass, ...] = (
 OUTLINES: tuple[str, ...] = ("contrast", "double")
 #: The allowed object radius factors (:attr:`WorldSpec.uncommon_scale`, :func:`render_counterfactual`).
 UNCOMMON_SCALE_RANGE = (0.2, 1.5)
+#: The allowed contrast factors of objects off the common background (:attr:`WorldSpec.uncommon_contrast`).
+UNCOMMON_CONTRAST_RANGE = (0.1, 1.0)
+#: The grey an object is washed towards (:attr:`WorldSpec.uncommon_contrast`).
+WASH_GREY = 128.0
 
 
 @dataclass(frozen=True)
@@ -118,6 +122,27 @@ class WorldSpec:
             without it). Below 1 it plants a confound: photos off the common background also
             show smaller objects, so hard photos differ by scale and not only by background.
             Such samples record ``object_scale`` in their ``extra`` (a truth the audit never reads).
+        common_scale_range: ``(low, high)``, the radius factor of samples *on* the common background,
+            drawn per sample uniformly in ``[low, high]`` (within 0.2 to 1.5) from the sample's own
+            stream ``[seed, index, SCALE_STREAM]``, so every other draw is unchanged. ``(1.0, 1.0)``,
+            the default, draws nothing and is exactly the world without it. Easy objects of varied
+            sizes make some easy donors' holes small enough for a smaller hard object to cover
+            (the fill control, docs/interventions.md#the-fill-control); those samples record
+            ``object_scale`` too.
+        uncommon_contrast: samples off the common background show their object (outline included)
+            washed towards grey, ``obj' = 128 + uncommon_contrast * (obj - 128)`` per channel (0.1 to
+            1.0; 1.0, the default, draws exactly the world without it). A constant grey keeps the
+            object's pixels independent of the background, so a pasted object is still exactly what
+            the generator would draw on the donor's background. Such samples record
+            ``object_contrast`` in their ``extra``.
+        vignette: the light on every background falls off from the image's centre,
+            ``bg' = bg * (1 - vignette * r^2)`` with ``r`` the distance from the centre over the
+            half-diagonal (1 at the corners; 0 to 0.9; 0.0, the default, draws exactly the world
+            without it). The textures are stationary, so a hole tiled from the border of one (Xiao
+            et al.'s Only-BG-T) is nearly invisible; a photograph's light is not, and with a vignette
+            the tiled hole shows as a darker region in the shape of the object that was there (the
+            fill control's validating world, docs/interventions.md#the-fill-control). The object is
+            not lit, so its pixels stay the same on every background.
         outline: ``contrast`` (the default): the 1-px outline is black on bright backgrounds and
             white on dark ones, so the object's own pixels depend on the background it was drawn
             on (as a real photo's light and colour cast do); ``double``: a black outer ring and a
@@ -140,6 +165,9 @@ class WorldSpec:
     small_object_rate: float = 0.0
     uncommon_scale: float = 1.0
     outline: str = "contrast"
+    common_scale_range: tuple[float, float] = (1.0, 1.0)
+    uncommon_contrast: float = 1.0
+    vignette: float = 0.0
 
     def __post_init__(self) -> None:
         check_rates(self)
@@ -149,6 +177,16 @@ class WorldSpec:
             raise ValueError(
                 f"uncommon_scale must be in [{UNCOMMON_SCALE_RANGE[0]}, {UNCOMMON_SCALE_RANGE[1]}], got {self.uncommon_scale}"
             )
+        low, high = (float(v) for v in self.common_scale_range)
+        if not UNCOMMON_SCALE_RANGE[0] <= low <= high <= UNCOMMON_SCALE_RANGE[1]:
+            raise ValueError(f"common_scale_range must be (low, high) with {UNCOMMON_SCALE_RANGE[0]} <= low <= high <= "
+                             f"{UNCOMMON_SCALE_RANGE[1]}, got {tuple(self.common_scale_range)}")
+        object.__setattr__(self, "common_scale_range", (low, high))
+        if not UNCOMMON_CONTRAST_RANGE[0] <= self.uncommon_contrast <= UNCOMMON_CONTRAST_RANGE[1]:
+            raise ValueError(f"uncommon_contrast must be in [{UNCOMMON_CONTRAST_RANGE[0]}, {UNCOMMON_CONTRAST_RANGE[1]}], "
+                             f"got {self.uncommon_contrast}")
+        if not 0.0 <= self.vignette <= 0.9:
+            raise ValueError(f"vignette must be in [0, 0.9], got {self.vignette}")
         if not self.backgrounds:
             object.__setattr__(self, "backgrounds", tuple(dict.fromkeys(c.common_background for c in self.classes)))
         if not 0.0 <= self.p <= 1.0:
@@ -182,6 +220,9 @@ class WorldSpec:
             # recorded only when set, so a world without it keeps its old record
             **({"uncommon_scale": self.uncommon_scale} if self.uncommon_scale != 1.0 else {}),
             **({"outline": self.outline} if self.outline != "contrast" else {}),
+            **({"common_scale_range": list(self.common_scale_range)} if self.common_scale_range != (1.0, 1.0) else {}),
+            **({"uncommon_contrast": self.uncommon_contrast} if self.uncommon_contrast != 1.0 else {}),
+            **({"vignette": self.vignette} if self.vignette != 0.0 else {}),
         }
 
     def _planted_dict(self) -> dict:
@@ -236,11 +277,14 @@ def generate_sample(spec: WorldSpec, index: int, *, keep_layers: bool = False) -
     if problem == "wrong_label":
         drawn = planted.other_class(spec, index, planted.plant_rng(spec, index), cls)
     background = _choose_background(spec, cls, rng)
-    scale = _world_scale(spec, cls, background)
-    image, mask, bg, obj = _render(spec, rng, drawn.shape, background, scale)
+    scale = _world_scale(spec, cls, background, index)
+    contrast = _world_contrast(spec, cls, background)
+    image, mask, bg, obj = _render(spec, rng, drawn.shape, background, scale, contrast=contrast)
     extra = {"background_layer": np.clip(bg, 0, 255).astype(np.uint8), "object_layer": np.clip(obj, 0, 255).astype(np.uint8)} if keep_layers else {}
     if scale != 1.0:
         extra["object_scale"] = scale
+    if contrast != 1.0:
+        extra["object_contrast"] = contrast
     if problem == "wrong_label":
         extra.update({"planted": "wrong_label", "true_class": drawn.imagenet_index})
     elif problem is not None:
@@ -257,26 +301,49 @@ def _choose_background(spec: WorldSpec, cls: SyntheticClass, rng: np.random.Gene
     return others[rng.integers(len(others))]
 
 
-def _world_scale(spec: WorldSpec, cls: SyntheticClass, background: str) -> float:
-    """The object radius factor the world gives a sample of ``cls`` on ``background``."""
-    return spec.uncommon_scale if background != cls.common_background else 1.0
+#: The stream of a sample's common-background radius factor: ``[seed, index, SCALE_STREAM]``
+#: (:attr:`WorldSpec.common_scale_range`).
+SCALE_STREAM = 2
+
+
+def _world_scale(spec: WorldSpec, cls: SyntheticClass, background: str, index: int) -> float:
+    """The object radius factor the world gives sample ``index`` of ``cls`` on ``background``:
+    ``uncommon_scale`` off the common background; on it 1.0, or a draw from ``common_scale_range``."""
+    if background != cls.common_background:
+        return spec.uncommon_scale
+    low, high = spec.common_scale_range
+    if (low, high) == (1.0, 1.0):
+        return 1.0
+    return float(np.random.default_rng([spec.seed, index, SCALE_STREAM]).uniform(low, high))
+
+
+def _world_contrast(spec: WorldSpec, cls: SyntheticClass, background: str) -> float:
+    """The object contrast factor the world gives a sample of ``cls`` on ``background``."""
+    return spec.uncommon_contrast if background != cls.common_background else 1.0
 
 
 def _render(spec: WorldSpec, rng: np.random.Generator, shape: str, background: str, scale: float,
-            shown: tuple[str, np.random.Generator] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+            shown: tuple[str, np.random.Generator] | np.ndarray | None = None, contrast: float = 1.0
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """``(image, mask, bg, obj)`` of one sample, drawing from ``rng`` in the world's order: the
     mask (radius times ``scale``), the ``background`` texture, the object fill.
 
     ``shown = (kind, bg_rng)`` replaces the background layer by a texture of ``kind`` drawn from
     ``bg_rng`` (the ``background`` texture is still drawn from ``rng``, so the object fill is
-    the sample's own); the outline contrasts with the background actually shown.
+    the sample's own; an array is the texture itself, :func:`_texture_of`); the outline contrasts
+    with the background actually shown. ``contrast`` < 1
+    washes the object, outline included, towards :data:`WASH_GREY` (:attr:`WorldSpec.uncommon_contrast`).
     """
     size = spec.image_size
     mask = draw_mask(shape, size, rng, scale=scale)
     bg = background_texture(size, rng, background)
     obj = object_texture(size, rng)
-    if shown is not None:
+    if isinstance(shown, np.ndarray):
+        bg = shown.copy()
+    elif shown is not None:
         bg = background_texture(size, shown[1], shown[0])
+    if spec.vignette:
+        bg = bg * vignette_light(size, spec.vignette)[..., None]
     inner = eroded(mask.astype(bool))
     edge = mask.astype(bool) & ~inner
     if spec.outline == "double":  # the same on every background: black outside, white just inside
@@ -285,17 +352,44 @@ def _render(spec: WorldSpec, rng: np.random.Generator, shape: str, background: s
     else:
         luminance = float((bg @ np.array([0.299, 0.587, 0.114], np.float32)).mean())
         obj[edge] = 20.0 if luminance > 110 else 235.0
+    if contrast != 1.0:
+        obj = WASH_GREY + np.float32(contrast) * (obj - WASH_GREY)
     m = mask[..., None].astype(np.float32)
     image = np.clip(bg * (1 - m) + obj * m, 0, 255).astype(np.uint8)
     return image, mask, bg, obj
+
+
+def vignette_light(size: int, strength: float) -> np.ndarray:
+    """The light factor of :attr:`WorldSpec.vignette`: ``1 - strength * r^2`` per pixel, ``r`` the
+    distance of the pixel's centre from the image's centre over the half-diagonal (float32, size x size)."""
+    centre = (size - 1) / 2
+    yy, xx = np.mgrid[0:size, 0:size].astype(np.float32)
+    r2 = ((yy - centre) ** 2 + (xx - centre) ** 2) / (2 * centre ** 2)
+    return (1.0 - np.float32(strength) * r2).astype(np.float32)
 
 
 #: The stream of a counterfactual's replacement background: ``[seed, index, COUNTERFACTUAL_STREAM]``.
 COUNTERFACTUAL_STREAM = 1
 
 
+def _texture_of(spec: WorldSpec, index: int) -> tuple[str, np.ndarray]:
+    """Sample ``index``'s background kind and texture as the generator drew them (before any vignette):
+    its stream replayed up to the texture. Samples with a planted problem are refused."""
+    total = spec.per_class * len(spec.classes)
+    if not 0 <= index < total:
+        raise ValueError(f"sample index {index} is outside the world (0..{total - 1})")
+    problem = planted.problem_of(spec, index)
+    if problem is not None:
+        raise ValueError(f"sample {index} has a planted problem ({problem}); its background is not one texture")
+    rng = np.random.default_rng([spec.seed, index])
+    cls = spec.classes[index // spec.per_class]
+    own = _choose_background(spec, cls, rng)
+    draw_mask(cls.shape, spec.image_size, rng, scale=_world_scale(spec, cls, own, index))
+    return own, background_texture(spec.image_size, rng, own)
+
+
 def render_counterfactual(spec: WorldSpec, index: int, *, background: str | None = None,
-                          scale: float | None = None) -> SyntheticSample:
+                          scale: float | None = None, background_of: int | None = None) -> SyntheticSample:
     """Sample ``index`` re-rendered under an intervention: the same object (class, silhouette,
     pose, position, fill texture) with ``background`` instead of its own (a fresh texture of that
     kind) and/or the object radius factor ``scale`` instead of the one the world gave it.
@@ -308,6 +402,11 @@ def render_counterfactual(spec: WorldSpec, index: int, *, background: str | None
     untouched), and the 1-px outline is recoloured for the background shown, as the generator
     would. With neither argument it is exactly :func:`generate_sample`; asking for the sample's
     own background keeps its own texture (the factual is its own counterfactual).
+
+    ``background_of`` (instead of ``background``): the background sample ``background_of`` itself
+    shows behind its own object, the same texture draw, with no hole and nothing filled: the exact
+    counterfactual of pasting this object on that photo (a swap's donor), so a swap and its truth
+    differ only by what the donor's filled hole shows.
 
     The returned sample's ``background``/``aligned`` describe what is shown; ``extra`` is
     ``{"counterfactual": {...}}`` with the intervened attributes only. Samples with a planted
@@ -323,18 +422,26 @@ def render_counterfactual(spec: WorldSpec, index: int, *, background: str | None
         raise ValueError(f"unknown synthetic background {background!r}; known: {', '.join(BACKGROUNDS)}")
     if scale is not None and not UNCOMMON_SCALE_RANGE[0] <= scale <= UNCOMMON_SCALE_RANGE[1]:
         raise ValueError(f"scale must be in [{UNCOMMON_SCALE_RANGE[0]}, {UNCOMMON_SCALE_RANGE[1]}], got {scale}")
+    if background is not None and background_of is not None:
+        raise ValueError("give background or background_of, not both")
+    donor = _texture_of(spec, background_of) if background_of is not None else None
+    if donor is not None:
+        background = donor[0]
     if background is None and scale is None:
         return generate_sample(spec, index)
     rng = np.random.default_rng([spec.seed, index])
     cls = spec.classes[index // spec.per_class]
     own = _choose_background(spec, cls, rng)
-    factor = _world_scale(spec, cls, own) if scale is None else float(scale)
-    shown = None
-    if background is not None and background != own:
+    factor = _world_scale(spec, cls, own, index) if scale is None else float(scale)
+    shown: tuple[str, np.random.Generator] | np.ndarray | None = None
+    if donor is not None and background_of != index:
+        shown = donor[1]
+    elif background is not None and background != own and donor is None:
         shown = (background, np.random.default_rng([spec.seed, index, COUNTERFACTUAL_STREAM]))
-    image, mask, _, _ = _render(spec, rng, cls.shape, own, factor, shown)
+    image, mask, _, _ = _render(spec, rng, cls.shape, own, factor, shown, contrast=_world_contrast(spec, cls, own))
     shown_background = own if background is None else background
-    intervened = {k: v for k, v in (("background", background), ("scale", scale)) if v is not None}
+    intervened = {k: v for k, v in (("background", background), ("scale", scale), ("background_of", background_of))
+                  if v is not None}
     return SyntheticSample(index, image, mask, cls, shown_background, shown_background == cls.common_background,
                            {"counterfactual": intervened})
 
@@ -359,8 +466,9 @@ SYNTHETIC_LICENSE = "CC0-1.0"
 #: ``extra`` keys with the planted-problem truth (curate.collect.planted); the audit never reads them.
 PLANTED_KEYS = ("planted", "planted_detail", "true_class", "duplicate_of")
 #: Other ``extra`` keys with ground truth of the world (not planted problems): the object radius
-#: factor of samples off the common background (:attr:`WorldSpec.uncommon_scale`).
-TRUTH_KEYS = ("object_scale",)
+#: factor of samples off the common background (:attr:`WorldSpec.uncommon_scale`) and their object's contrast
+#: (:attr:`WorldSpec.uncommon_contrast`).
+TRUTH_KEYS = ("object_scale", "object_contrast")
 
 
 def collect_synthetic(root, spec: WorldSpec, *, name: str | None = None, progress: Callable[[int, int], None] | None = None):
@@ -431,6 +539,10 @@ def world_spec_of(ds) -> WorldSpec:
         **{k: float(v) for k, v in info.items() if k.endswith("_rate")},
         **({"uncommon_scale": float(info["uncommon_scale"])} if "uncommon_scale" in info else {}),
         **({"outline": str(info["outline"])} if "outline" in info else {}),
+        **({"common_scale_range": tuple(float(v) for v in info["common_scale_range"])}
+           if "common_scale_range" in info else {}),
+        **({"uncommon_contrast": float(info["uncommon_contrast"])} if "uncommon_contrast" in info else {}),
+        **({"vignette": float(info["vignette"])} if "vignette" in info else {}),
     )
 
 

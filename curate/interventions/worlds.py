@@ -82,13 +82,18 @@ def source_index(row: dict[str, Any]) -> int:
     return int(str(row["source_id"]).rsplit(":", 1)[1])
 
 
-def write_truth(world: Any, intervention_folder: str | Path, out: str | Path, *, run_name: str = "intervene") -> Any:
+def write_truth(world: Any, intervention_folder: str | Path, out: str | Path, *, run_name: str = "intervene",
+                same_donors: bool = False) -> Any:
     """The exact counterfactuals of an intervention's swaps, as an intervention folder ``out``.
 
     ``world``: the synthetic world (folder or Dataset) the intervention was made from;
     ``intervention_folder``: its ``curate intervene`` output. For every ``swap`` image there, the
     same object is re-rendered by the generator on the donor's background label; originals are
-    copied. Returns the :class:`curate.runs.InterventionRun` written into ``out``.
+    copied. With ``same_donors`` the object is re-drawn on each swap's own donor photo's background
+    (its texture draw, no hole, nothing filled: :func:`curate.collect.synthetic.render_counterfactual`'s
+    ``background_of``), so a swap and its truth differ only by the donor's filled hole (issue 45: the
+    fill control's validating world); otherwise on a fresh texture of the donor's background kind.
+    Returns the :class:`curate.runs.InterventionRun` written into ``out``.
     """
     from curate.runs.base import prepare_run_dir
     from curate.runs.interventions import InterventionRun, variants_table
@@ -114,7 +119,13 @@ def write_truth(world: Any, intervention_folder: str | Path, out: str | Path, *,
             data = Path(ds.image_path(source)).read_bytes()
             background = source["background"]
         else:
-            sample = render_counterfactual(spec, source_index(source), background=row["background"])
+            donor = rows.get(row.get("donor_sample_id")) if same_donors else None
+            if same_donors and donor is None:
+                raise ValueError(f"the donor of {row['sample_id']} is not in {ds.root}: give the world the intervention "
+                                 "was made from")
+            sample = (render_counterfactual(spec, source_index(source), background_of=source_index(donor))
+                      if donor is not None else
+                      render_counterfactual(spec, source_index(source), background=row["background"]))
             data, background = png_bytes(sample.image), sample.background
         sid = sample_id_for(hashlib.sha256(data).hexdigest())
         samples.append(NewSample(image=data, class_index=int(source["class_index"]), source="intervention",
