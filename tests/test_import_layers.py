@@ -262,5 +262,5 @@ def test_load_run_by_folder_imports_only_its_kind(tmp_path: Path) -> None:
         "                  'kinds': sorted(m for m in sys.modules if m.startswith('curate.runs.')\n"
         "                                  and m not in ('curate.runs.base', 'curate.runs.registry'))}))\n"))
     assert out == {"type": "MaskRun", "prompt": "a bird", "kinds": ["curate.runs.masks"]}
-    with pytest.raises(RunError, match="unknown run kind 'nope'; known: attribution, audit"):
+    with pytest.raises(RunError, match="unknown run kind 'nope'; known: (agreement, )?(annotator-spread, )?attribution, audit"):
         record_class("nope")
