@@ -149,8 +149,9 @@ def test_a_parallel_run_computes_with_each_workers_share_of_the_cores(tmp_path) 
     """Under ``-n 2 --dist loadfile`` the four probes (one module, one worker) run with cores // 2 torch
     threads (at least 1) and that ``OMP_NUM_THREADS`` for the worker's subprocesses; without the
     conftest's setting each worker took every core (torch's default)."""
-    env = {key: value for key, value in os.environ.items()
-           if key not in ("CURATE_TEST_TORCH_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    env = {key: value for key, value in os.environ.items()  # as from a shell, also when this test runs in a worker
+           if key not in ("CURATE_TEST_TORCH_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+           and not key.startswith("PYTEST_XDIST_")}
     env["CURATE_TEST_PROBE_DIR"] = str(tmp_path)
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--dist",
                            "loadfile", "-k", "probe", str(TESTS / "test_parallel_runs.py")],
