@@ -39,7 +39,7 @@ logger = logging.getLogger("curate")
 #: Verb -> the modules of this package that define it and its subcommands (imported on first use).
 COMMANDS: dict[str, tuple[str, ...]] = {
     "annotator-spread": ("annotators",), "simulate-annotators": ("annotators",),
-    "audit": ("audit",), "check": ("dataset",), "collect": ("collect", "collect_sources", "webdataset", "collect_hub",
+    "agreement": ("agreement",), "audit": ("audit",), "check": ("dataset",), "collect": ("collect", "collect_sources", "webdataset", "collect_hub",
                 "collect_fiftyone"),
     "compare": ("evaluate",), "create": ("dataset",), "demo": ("demo",), "discover": ("discover",),
     "groups": ("discover",), "accept-group": ("discover",), "reject-group": ("discover",), "evaluate": ("evaluate",),

@@ -86,6 +86,9 @@ def _parse_pin(ds, text: str) -> tuple[int, tuple[str, str]]:
 @click.option("--crossfit-repeats", type=int, default=10, show_default=True, help="Seeded repeats of the cross-fitting.")
 @click.option("--allow-model-backgrounds", is_flag=True,
               help="Split on background labels made by a model (curate label-backgrounds) that no person checked.")
+@click.option("--annotator", default=None,
+              help="Split on this annotator's answers alone (from the annotation table), for comparison with the "
+                   "agreed labels; the folder's groups are left as they are.")
 @click.option("--pin", "pins", multiple=True, help="CLASS:EASY:HARD — fix a class's backgrounds (kept across re-runs).")
 @click.option("--unpin", "unpins", multiple=True, help="CLASS — remove a pin.")
 @click.option("--seed", type=int, default=0, show_default=True)
@@ -95,7 +98,7 @@ def _parse_pin(ds, text: str) -> tuple[int, tuple[str, str]]:
 def split_cmd(directory: Path, references: tuple[str, ...], pretrained: tuple[str, ...], predictions: tuple[str, ...],
               min_per_background: int, min_drop: float, require_significant: bool, alpha: float, n_perm: int,
               n_boot: int, crossfit_folds: int, crossfit_repeats: int, allow_model_backgrounds: bool,
-              pins: tuple[str, ...], unpins: tuple[str, ...], seed: int, device: str, precision: str, batch_size: int,
+              annotator: str | None, pins: tuple[str, ...], unpins: tuple[str, ...], seed: int, device: str, precision: str, batch_size: int,
               run_name: str | None, overwrite: bool) -> None:
     """Spurious discovery (papers/003 §2.1): per class an easy and a hard background."""
     from curate.models.spec import specs_from_cli
@@ -114,7 +117,7 @@ def split_cmd(directory: Path, references: tuple[str, ...], pretrained: tuple[st
     settings = SplitSettings(
         min_per_background=min_per_background, min_drop=min_drop, require_significant=require_significant, alpha=alpha,
         n_perm=n_perm, n_boot=n_boot, seed=seed, crossfit_folds=crossfit_folds, crossfit_repeats=crossfit_repeats,
-        predictions=tuple(predictions), allow_model_backgrounds=allow_model_backgrounds, device=device,
+        predictions=tuple(predictions), allow_model_backgrounds=allow_model_backgrounds, annotator=annotator, device=device,
         precision=precision, batch_size=batch_size)
     with progress() as bar:
         run = split(directory, specs or None, settings, run_name=run_name, overwrite=overwrite,
@@ -139,6 +142,8 @@ def split_cmd(directory: Path, references: tuple[str, ...], pretrained: tuple[st
         out().print(f"reference drop over the kept classes: {run.reference_drop_text()}")
     if run.label_sources is not None:
         out().print(run.label_sources.text)
+    if run.label_use is not None:
+        out().print(run.label_use.text, highlight=False)
     out().print(f"{run.changed} sample(s) changed group; tables and figures in {shown(run.run_dir)}")
 
 

@@ -17,6 +17,7 @@ C = TypeVar("C", bound=type)
 
 #: kind (``config.json``'s ``kind``) -> the module whose record class registers it.
 BUILTIN_KINDS: dict[str, str] = {
+    "agreement": "curate.runs.agreement",
     "annotator-spread": "curate.runs.annotator_spread",
     "attribution": "curate.runs.attribution",
     "audit": "curate.runs.audit",

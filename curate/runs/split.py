@@ -9,8 +9,9 @@ Files (``runs/<name>/``):
   own origin, :func:`curate.stages.common.model_identity`) or "predictions" (a finished evaluation
   run)), ``reference`` (the first of them), ``prompt``, ``pins``, ``label_sources`` (how many
   of the background labels the rule used came from people, the synthetic world, or a model),
-  the counts (``kept_classes``, ``dropped_classes``, ``easy_samples``, ``hard_samples``) and
-  ``changed`` (samples whose group this run changed);
+  the counts (``kept_classes``, ``dropped_classes``, ``easy_samples``, ``hard_samples``),
+  ``changed`` (samples whose group this run changed) and ``label_use`` (:class:`LabelUse`: which
+  labels it split on, and the photos left out as disputed or unlabelled; absent before issue 44);
 - ``split.json``: ``classes`` (one row per class: the decision, easy/hard backgrounds and
   accuracies, the backgrounds tied with them (``easy_ties`` / ``hard_ties``), the in-sample drop
   and its interval, the permutation p-value, the cross-fitted drop, counts and every
@@ -45,7 +46,7 @@ from curate.runs import split_tables
 from curate.runs.base import RunRecord, read_result_json, write_bytes
 from curate.runs.registry import register_run_kind
 
-__all__ = ["PAPER_PROMPT", "LabelSources", "ReferenceDrop", "SplitCell", "SplitClass", "SplitReference", "SplitRun"]
+__all__ = ["PAPER_PROMPT", "LabelSources", "LabelUse", "ReferenceDrop", "SplitCell", "SplitClass", "SplitReference", "SplitRun"]
 
 #: The prompt of the paper's split (papers/003 §2.1).
 PAPER_PROMPT = "A photo of {}."
@@ -212,6 +213,37 @@ class LabelSources:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class LabelUse:
+    """Which labels the rule split on, and which photos it left out for their label (issue 44).
+
+    ``labels``: "folder" (the folder's backgrounds: agreed, adjudicated and single labels where the
+    annotations were derived, ``curate agreement``) or "annotator:<name>" (that annotator's answers
+    alone, ``--annotator``). ``used``: per label status (``label_status.parquet``; "no status" for a
+    photo never derived, as in every folder from before issue 44) the accepted photos with a class
+    the rule used; ``left_out``: those it left out: "disputed" and "unlabelled" (no agreed label;
+    the paper's "photos challenging to be labeled", now counted), "not answered" (``--annotator``:
+    photos that annotator did not label)."""
+
+    labels: str = "folder"
+    used: dict[str, int] = field(default_factory=dict)
+    left_out: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def text(self) -> str:
+        """``"labels: folder; left out: disputed 3, unlabelled 1"``."""
+        out = ", ".join(f"{k} {v}" for k, v in sorted(self.left_out.items()) if v) or "none"
+        return f"labels: {self.labels}; photos left out for their label: {out}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"labels": self.labels, "used": dict(self.used), "left_out": dict(self.left_out)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> LabelUse:
+        return cls(str(d.get("labels") or "folder"), {str(k): int(v) for k, v in (d.get("used") or {}).items()},
+                   {str(k): int(v) for k, v in (d.get("left_out") or {}).items()})
+
+
 class ReferenceDrop(NamedTuple):
     """The reference model's mean drop over the kept classes (fractions)."""
 
@@ -240,6 +272,7 @@ class SplitRun(RunRecord):
     pins: dict[int, tuple[str, str]] = field(default_factory=dict)
     changed: int | None = None  # samples whose group this run changed (None: not recorded)
     prompt: str = PAPER_PROMPT
+    label_use: LabelUse | None = None  # None: written before issue 44 (not recorded)
     run_dir: Path | None = None
 
     # -- record protocol
@@ -253,6 +286,7 @@ class SplitRun(RunRecord):
             "kept_classes": len(kept), "dropped_classes": len(self.classes) - len(kept),
             "easy_samples": sum(s.n_easy for s in kept), "hard_samples": sum(s.n_hard for s in kept),
             "changed": self.changed,
+            "label_use": self.label_use.to_dict() if self.label_use else None,
         }
 
     def _reference_dict(self) -> dict[str, Any] | None:
@@ -304,7 +338,9 @@ class SplitRun(RunRecord):
                    classes=classes,
                    label_sources=LabelSources(**{k: int(v) for k, v in sources.items()}) if sources else None,
                    pins=pins, changed=int(changed) if changed is not None else None,
-                   prompt=str(config.get("prompt") or PAPER_PROMPT), run_dir=run_dir)
+                   prompt=str(config.get("prompt") or PAPER_PROMPT),
+                   label_use=LabelUse.from_dict(config["label_use"]) if config.get("label_use") else None,
+                   run_dir=run_dir)
 
     # -- typed views
     @property

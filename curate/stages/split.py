@@ -23,6 +23,12 @@ error says which of the three is missing and how to get it). Labels made by a mo
 ``allow_model_backgrounds``: a split on unchecked CLIP pre-labels measures the labeller as
 much as the reference. The run records how many labels were human, synthetic or model.
 
+Several annotators (issue 44): where ``curate agreement`` derived the folder's backgrounds, a
+disputed or unlabelled photo has none, so the rule leaves it out, and the run counts it
+(``SplitRun.label_use``: the paper's "photos challenging to be labeled", now measured).
+``settings.annotator`` splits on one annotator's answers alone instead, for comparison: the run
+is written, but the folder's ``group`` and ``provenance.split`` are left as they are.
+
 What it writes: the run folder (the figures, written here, then the record: tables and
 ``config.json`` last); ``group`` (easy | hard) for the
 kept classes' accepted samples in their two backgrounds and ``None`` for every other sample (so
@@ -40,12 +46,13 @@ from typing import Any
 
 import numpy as np
 
+from curate.agreement.answers import answers_of
 from curate.jsonio import json_safe
 from curate.models.spec import ModelSpec
 from curate.progress import Progress, report
 from curate.runs.base import discard_if_empty, unique_run_name
 from curate.runs.evaluation import EvaluationRun
-from curate.runs.split import LabelSources, SplitClass, SplitReference, SplitRun
+from curate.runs.split import LabelSources, LabelUse, SplitClass, SplitReference, SplitRun
 from curate.shell import suggest
 from curate.split.discovery import SplitRule, discover, group_assignments
 from curate.split.pins import load_pins
@@ -59,6 +66,7 @@ from curate.stages.common import (
     run_stage,
     spec_of,
 )
+from curate.store.annotations import load_label_status
 
 __all__ = ["SplitSettings", "split"]
 
@@ -80,6 +88,7 @@ class SplitSettings:
     crossfit_repeats: int = 10
     predictions: tuple[str, ...] = ()  # finished evaluation run names
     allow_model_backgrounds: bool = False
+    annotator: str | None = None  # split on this annotator's answers alone (issue 44; the folder's groups stay)
     device: str = "auto"
     precision: str = "fp32"
     batch_size: int = 256
@@ -205,6 +214,35 @@ def _correctness(runs: Sequence[EvaluationRun], sample_ids: list[str],
     return np.array(rows, dtype=np.float64), info
 
 
+def _labelled_rows(ds: Any, annotator: str | None) -> tuple[list[dict[str, Any]], LabelUse]:
+    """The accepted rows with a class the rule splits on, with their background, and what was left out
+    (:class:`curate.runs.split.LabelUse`). ``annotator`` None: the folder's backgrounds (derived from
+    agreed, adjudicated and single labels where ``curate agreement`` ran; a disputed or unlabelled
+    photo has none and is counted as left out). Else that annotator's primary answers alone."""
+    statuses = {sid: s.status for sid, s in load_label_status(ds).items()}
+    candidates = [r for r in ds.rows(status="accepted") if r["class_index"] is not None]
+    left_out: Counter[str] = Counter()
+    if annotator is None:
+        rows = [r for r in candidates if r["background"] is not None]
+        for r in candidates:
+            if r["background"] is None and statuses.get(r["sample_id"]) in ("disputed", "unlabelled"):
+                left_out[statuses[r["sample_id"]]] += 1
+        labels = "folder"
+    else:
+        answers = answers_of(ds)
+        if annotator not in answers.annotators:
+            known = ", ".join(answers.annotators) or "none: the folder has no annotations"
+            raise ValueError(f"no annotator {annotator!r} in {ds.root}'s annotation table (annotators: {known})")
+        mine = answers.of(annotator)
+        rows = [{**r, "background": mine[r["sample_id"]][0], "background_source": "human"} for r in candidates
+                if r["sample_id"] in mine]
+        left_out["not answered"] = len(candidates) - len(rows)
+        labels = f"annotator:{annotator}"
+        statuses = {}
+    used = Counter(statuses.get(r["sample_id"], "no status") for r in rows)
+    return rows, LabelUse(labels, dict(sorted(used.items())), dict(sorted(left_out.items())))
+
+
 @run_stage("split")
 def split(
     dataset: Any, model: ModelSpec | Any | Sequence[ModelSpec | Any] | None, settings: SplitSettings | None = None, *,
@@ -240,9 +278,10 @@ def split(
     if specs:
         check_device(settings.device)
     ds = open_dataset(dataset)
-    rows = [r for r in ds.rows(status="accepted") if r["class_index"] is not None and r["background"] is not None]
+    rows, label_use = _labelled_rows(ds, settings.annotator)
     if not rows:
-        raise ValueError(_nothing_to_split(ds))
+        raise ValueError(_nothing_to_split(ds) if settings.annotator is None else
+                         f"{ds.root}: annotator {settings.annotator!r} labelled none of the accepted photos with a class")
     sources = LabelSources.count([r["background_source"] for r in rows])
     if sources.model and not settings.allow_model_backgrounds:
         raise ValueError(
@@ -251,6 +290,8 @@ def split(
             "(curate review) or pass --allow-model-backgrounds (allow_model_backgrounds=True) to split on them anyway")
     runs = [EvaluationRun.finished(ds.root, name) for name in settings.predictions]
     label = "-".join([_label(s) for s in specs] + [r.model_label for r in runs])[:40] or "run"
+    if settings.annotator is not None:
+        label = f"{label}-{settings.annotator}"[:60]
     run_dir = claim_run_dir(ds.root, run_name, "split", label, overwrite=overwrite)
     try:
         runs += _reference_runs(ds, specs, settings, progress, len(rows), run_dir.name)
@@ -264,11 +305,11 @@ def split(
         # every sample gets its group recomputed: kept classes' easy/hard accepted samples, None otherwise
         assigned = group_assignments(ids, classes, backgrounds, decisions)
         per_sample = {row["sample_id"]: {"group": assigned.get(row["sample_id"])} for row in ds.rows()
-                      if row["group"] != assigned.get(row["sample_id"])}
+                      if row["group"] != assigned.get(row["sample_id"])} if settings.annotator is None else {}
         names = ds.label_space.names
         record = SplitRun(rule=rule, references=references,
                           classes=[SplitClass.from_split(d, names[d.class_index]) for d in decisions],
-                          label_sources=sources, pins=pins, changed=len(per_sample))
+                          label_sources=sources, pins=pins, changed=len(per_sample), label_use=label_use)
         write_figures(run_dir, record.kept)  # the stage's: the record imports no figure code
         record.write(run_dir)  # the tables, then config.json (the commit marker) last
     except BaseException:
@@ -276,7 +317,8 @@ def split(
         raise
     if per_sample:
         ds.update(list(per_sample), per_sample=per_sample, actor="split", reason="spurious discovery (papers/003 §2.1)")
-    ds.record_provenance("split", json_safe({**record.summary_dict(), "run": run_dir.name}))
+    if settings.annotator is None:  # a comparison on one annotator's labels is a run, not the folder's split
+        ds.record_provenance("split", json_safe({**record.summary_dict(), "run": run_dir.name}))
     logger.info("split: %d kept, %d dropped, %d samples changed group; %s -> %s", len(record.kept),
                 len(record.dropped), len(per_sample), record.noise_summary.text, run_dir)
     return record

@@ -133,3 +133,78 @@ def _mask_problems(root: Path, rel: str, where: str, deep: bool) -> list[tuple[s
         except (OSError, ImageRejected) as exc:
             return [("error", f"{where}: mask file {rel} does not decode: {exc}")]
     return []
+
+
+#: Where each photo's background came from, once derived from the annotations (issue 44):
+#: ``label_status.parquet``, one row per photo of the annotation table. A folder without it (every
+#: folder from before issue 44, and any never labelled by several people) has one person's or a
+#: collector's label per photo, as before: readers treat it as "no status recorded".
+LABEL_STATUS_FILE = "label_status.parquet"
+#: agreed (the rule's label, two answers or more), adjudicated (an adjudicator's answer), disputed
+#: (below the rule's threshold, or a tie: no label), single (one answer: that answer), unlabelled
+#: (every answer skipped: no label). See curate.agreement.aggregate.
+LABEL_STATUSES: tuple[str, ...] = ("agreed", "adjudicated", "disputed", "single", "unlabelled")
+#: The statuses whose photos carry a background (the others leave ``background`` null).
+LABELLED_STATUSES: tuple[str, ...] = ("agreed", "adjudicated", "single")
+
+LABEL_STATUS_SCHEMA = pa.schema([
+    pa.field("sample_id", pa.string(), nullable=False),
+    pa.field("status", pa.string(), nullable=False),
+    pa.field("background", pa.string(), nullable=True),
+    pa.field("candidate", pa.string(), nullable=True),  # the rule's best guess on a disputed photo
+    pa.field("confidence", pa.float64(), nullable=True),
+    pa.field("n_answers", pa.int32(), nullable=False),
+    pa.field("rule", pa.string(), nullable=False),
+    pa.field("threshold", pa.float64(), nullable=False),
+    pa.field("derived_at", pa.string(), nullable=False),
+])
+
+
+def label_status_problems(root: Path, backgrounds: Sequence[str] | None, sample_background: dict[str, str | None]
+                          ) -> list[tuple[str, str]]:
+    """(severity, message) of what is wrong with ``label_status.parquet`` ([] when absent).
+
+    Errors: unreadable; a column missing or mistyped; a sample id repeated or unknown (not a key of
+    ``sample_background``: sample_id -> the folder's background); a status outside
+    :data:`LABEL_STATUSES`; a background outside the vocabulary, or set on a disputed/unlabelled
+    photo, or missing on a labelled one. Warning: a labelled photo whose folder background differs
+    (a derivation interrupted between its two writes, or a hand edit since: ``curate agreement``
+    derives it again)."""
+    path = Path(root) / LABEL_STATUS_FILE
+    if not path.is_file():
+        return []
+    try:
+        table = pq.read_table(path)
+    except Exception as exc:  # noqa: BLE001 - arrow raises several types for bad files
+        return [("error", f"{LABEL_STATUS_FILE} cannot be read as parquet: {exc}")]
+    missing = [f"'{f.name}' ({f.type})" for f in LABEL_STATUS_SCHEMA
+               if f.name not in table.column_names or not table.schema.field(f.name).type.equals(f.type)]
+    if missing:
+        return [("error", f"{LABEL_STATUS_FILE}: column(s) {', '.join(missing)} missing or of another type")]
+    out: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    differ: list[str] = []
+    vocabulary = set(backgrounds) if backgrounds is not None else None
+    for number, row in enumerate(table.to_pylist()):
+        sid, status, background = row["sample_id"], row["status"], row["background"]
+        where = f"{LABEL_STATUS_FILE} row {number} (sample {sid})"
+        if sid in seen:
+            out.append(("error", f"{where}: the sample repeats"))
+        seen.add(sid)
+        if sid not in sample_background:
+            out.append(("error", f"{where}: unknown sample id"))
+        if status not in LABEL_STATUSES:
+            out.append(("error", f"{where}: status {status!r} is not one of {', '.join(LABEL_STATUSES)}"))
+            continue
+        if status in LABELLED_STATUSES and background is None:
+            out.append(("error", f"{where}: status {status} without a background"))
+        elif status not in LABELLED_STATUSES and background is not None:
+            out.append(("error", f"{where}: status {status} but background {background!r} (it has none)"))
+        if background is not None and vocabulary is not None and background not in vocabulary:
+            out.append(("error", f"{where}: background {background!r} is not in the vocabulary"))
+        if sid in sample_background and sample_background[sid] != background:
+            differ.append(sid)
+    if differ:
+        out.append(("warning", f"{LABEL_STATUS_FILE}: {len(differ)} photo(s) whose background in samples.parquet "
+                               f"differs from the derived one (e.g. {differ[0]}); run `curate agreement` again"))
+    return out

@@ -72,6 +72,9 @@ from curate.store.annotation_schema import (
     ANNOTATIONS_FILE,
     ANNOTATIONS_VERSION,
     BACKENDS,
+    LABEL_STATUS_FILE,
+    LABEL_STATUS_SCHEMA,
+    LABEL_STATUSES,
     MAX_BACKGROUNDS,
     ROLES,
     STATES,
@@ -84,8 +87,8 @@ from curate.store.records import iso_time
 __all__ = [
     "ANNOTATIONS_FILE", "ANNOTATION_MASKS_DIR", "ANNOTATION_SCHEMA", "ANNOTATIONS_VERSION", "BACKENDS",
     "MAX_BACKGROUNDS", "ROLES", "STATES", "Annotation", "AnnotationError", "AnnotationUpsert", "StoredAnnotation",
-    "annotation_problems", "current_annotations", "gold_answers", "load_annotations", "mask_relpath", "safe_name",
-    "upsert_annotations", "write_gold",
+    "LABEL_STATUSES", "LabelStatus", "annotation_problems", "current_annotations", "gold_answers", "load_annotations",
+    "load_label_status", "mask_relpath", "safe_name", "upsert_annotations", "write_gold", "write_label_status",
 ]
 
 #: The fields whose difference makes a new version (times and bookkeeping do not).
@@ -383,3 +386,43 @@ def gold_answers(annotations: Iterable[Annotation]) -> dict[str, tuple[str, ...]
             if a.sample_id not in out or a.updated_at >= out[a.sample_id][0]:
                 out[a.sample_id] = (a.updated_at, tuple(a.backgrounds))
     return {sid: value for sid, (_, value) in out.items()}
+
+
+@dataclass(frozen=True)
+class LabelStatus:
+    """Where one photo's background came from (``label_status.parquet``; statuses:
+    :data:`~curate.store.annotation_schema.LABEL_STATUSES`): ``background`` is the derived label
+    (None when disputed or unlabelled), ``candidate`` the rule's best guess on a disputed photo,
+    ``confidence`` the vote share or posterior, ``rule`` / ``threshold`` the rule that decided."""
+
+    sample_id: str
+    status: str
+    background: str | None
+    n_answers: int
+    rule: str
+    threshold: float
+    confidence: float | None = None
+    candidate: str | None = None
+    derived_at: str = ""
+
+
+def load_label_status(ds: Any) -> dict[str, LabelStatus]:
+    """sample_id -> :class:`LabelStatus`; {} for a folder that never derived its labels (old folders)."""
+    path = _root_of(ds) / LABEL_STATUS_FILE
+    if not path.is_file():
+        return {}
+    return {row["sample_id"]: LabelStatus(**row) for row in pq.read_table(path).to_pylist()}
+
+
+def write_label_status(ds: Any, rows: Sequence[LabelStatus]) -> None:
+    """Replace ``label_status.parquet`` atomically (under the folder's lock) with ``rows``; a status
+    outside the list or a background on an unlabelled photo raises :class:`AnnotationError`."""
+    bad = [f"sample {r.sample_id}: status {r.status!r}" for r in rows if r.status not in LABEL_STATUSES]
+    if bad:
+        raise AnnotationError("label status refused, nothing was written:\n  " + "\n  ".join(bad[:20]), bad)
+    now = iso_time()
+    table = pa.Table.from_pylist([{**asdict(r), "derived_at": r.derived_at or now} for r in rows],
+                                 schema=LABEL_STATUS_SCHEMA)
+    root = _root_of(ds)
+    with ds.locked("label status"):
+        atomic_write(root, root / LABEL_STATUS_FILE, lambda handle: pq.write_table(table, handle, compression="zstd"))

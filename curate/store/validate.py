@@ -23,7 +23,8 @@ Checks (severity error unless noted):
 - ``deep=True`` also hashes every image (sha256 must match) and reads its header (size must
   match width/height), and decodes every mask (a PNG cut after its header passes the header
   check, but no stage can read it).
-- ``annotations.parquet`` (issue 44), when present: :func:`curate.store.annotation_schema.annotation_problems`.
+- ``annotations.parquet`` and ``label_status.parquet`` (issue 44), when present:
+  :func:`curate.store.annotation_schema.annotation_problems` and ``label_status_problems``.
 - ``changes.jsonl`` / ``quarantine.jsonl``: lines that do not parse (a torn last line after a
   crash) are warnings.
 - :func:`check_dataset` only: a provenance entry marked unfinished (a derived folder whose
@@ -75,7 +76,12 @@ import yaml
 from curate.labels import LabelSpace
 from curate.store import rowscan
 from curate.store import schema as S
-from curate.store.annotation_schema import ANNOTATIONS_FILE, annotation_problems
+from curate.store.annotation_schema import (
+    ANNOTATIONS_FILE,
+    LABEL_STATUS_FILE,
+    annotation_problems,
+    label_status_problems,
+)
 from curate.store.atomic import read_jsonl
 from curate.store.images import ImageRejected, decode, image_size
 from curate.store.provenance import unfinished
@@ -669,18 +675,21 @@ def inspect_dataset(root: str | Path, *, deep: bool = False, cached_files: bool 
 
 
 def _check_annotations(root: Path, out: Inspection, table: pa.Table | None, *, deep: bool) -> None:
-    """The annotation table's problems (:func:`curate.store.annotation_schema.annotation_problems`),
-    when the folder has one (issue 44)."""
-    if not (root / ANNOTATIONS_FILE).is_file():
+    """The problems of the annotation table and the derived label status
+    (:func:`curate.store.annotation_schema.annotation_problems`, ``label_status_problems``), when
+    the folder has them (issue 44)."""
+    if not (root / ANNOTATIONS_FILE).is_file() and not (root / LABEL_STATUS_FILE).is_file():
         return
-    if table is not None and "sample_id" in table.column_names:
-        ids = table.column("sample_id").to_pylist()
-    else:
+    if table is None or "background" not in table.column_names:
         try:
-            ids = read_samples_file(root / SAMPLES_FILE, ["sample_id"]).column("sample_id").to_pylist()
+            table = read_samples_file(root / SAMPLES_FILE, ["sample_id", "background"])
         except Exception:  # noqa: BLE001 - samples.parquet's own problem is reported already
-            ids = []
-    for severity, message in annotation_problems(root, out.backgrounds, ids, deep=deep):
+            table = None
+    ids = table.column("sample_id").to_pylist() if table is not None else []
+    folder = dict(zip(ids, table.column("background").to_pylist())) if table is not None else {}
+    found = annotation_problems(root, out.backgrounds, ids, deep=deep) + label_status_problems(
+        root, out.backgrounds, folder)
+    for severity, message in found:
         out.problems.append(ValidationProblem(None, None, None, message, severity=severity))
 
 

@@ -1,0 +1,88 @@
+"""The agreement verb: how far the annotators agree, and each photo's label (issue 44)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.table import Table
+
+from curate.cli import StageProgress, main, out, progress, shown
+from curate.cli.options import UserPath, run_options
+
+
+def _n(x: float, digits: int = 3) -> str:
+    return "n/a" if x != x else f"{x:.{digits}f}"
+
+
+@main.command("agreement")
+@click.argument("directory", type=UserPath(path_type=Path, exists=True, file_okay=False))
+@click.option("--rule", type=click.Choice(["majority", "dawid-skene"]), default="dawid-skene", show_default=True,
+              help="How each photo's label is decided: the most frequent answer (ties disputed), or crowd-kit's "
+                   "Dawid-Skene posterior.")
+@click.option("--threshold", type=float, default=None,
+              help="Below this confidence (vote share, or posterior) a photo is disputed. Default: 0 for majority "
+                   "(only ties), 0.9 for dawid-skene.")
+@click.option("--replicates", type=int, default=1000, show_default=True,
+              help="Bootstrap replicates (over photos) of alpha's interval.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the bootstrap.")
+@click.option("--mask-method", type=click.Choice(["majority", "em", "rasa"]), default="majority", show_default=True,
+              help="crowd-kit's segmentation aggregator for the agreed masks (SegmentationMajorityVote, "
+                   "SegmentationEM, SegmentationRASA).")
+@click.option("--measure-only", is_flag=True,
+              help="Measure and decide, but leave the folder's backgrounds and label_status.parquet as they are.")
+@run_options
+def agreement_cmd(directory: Path, rule: str, threshold: float | None, replicates: int, seed: int, mask_method: str,
+                  measure_only: bool, run_name: str | None, overwrite: bool) -> None:
+    """Agreement of several annotators (Krippendorff's alpha, Cohen's kappa), each photo's label, the disputes."""
+    from curate.stages.agreement import AgreementSettings, agreement
+
+    settings = AgreementSettings(rule=rule, threshold=threshold, replicates=replicates, seed=seed,
+                                 mask_method=mask_method, derive=not measure_only)
+    with progress() as bar:
+        run = agreement(directory, None, settings, run_name=run_name, overwrite=overwrite, progress=StageProgress(bar))
+    disputed = {}
+    if run.decisions:
+        from curate.store import Dataset
+
+        table = Dataset.open(directory).table(["sample_id", "class_name"])
+        classes = dict(zip(table.column("sample_id").to_pylist(), table.column("class_name").to_pylist()))
+        disputed = run.disputed_by_class({k: str(v) for k, v in classes.items()})
+    level = int(round(run.level * 100))
+    table = Table(title=f"Krippendorff's alpha (nominal) [{level}% bootstrap interval over photos, "
+                        f"{run.replicates} replicates, seed {run.seed}]", title_justify="left")
+    for column in ("class", "alpha", f"{level}% interval", "photos", "2+ answers", "annotators", "disputed"):
+        table.add_column(column, justify="left" if column == "class" else "right")
+    for a in run.alpha:
+        count = sum(disputed.values()) if a.group == "(all)" else disputed.get(a.group, 0)
+        table.add_row(a.group, _n(a.alpha), f"[{_n(a.low)}, {_n(a.high)}]", str(a.n_photos), str(a.n_pairable),
+                      str(a.n_annotators), str(count))
+    out().print(table)
+    kappa = Table(title="Cohen's kappa per pair of annotators", title_justify="left")
+    for column in ("annotator A", "annotator B", "common photos", "kappa", "sets agree"):
+        kappa.add_column(column, justify="left" if column.startswith("annotator") else "right")
+    for k in run.kappa:
+        kappa.add_row(k.a, k.b, str(k.n_common), _n(k.kappa), _n(k.set_agreement))
+    out().print(kappa)
+    who = Table(title="Annotators", title_justify="left")
+    for column in ("annotator", "answered", "skipped", "gold accuracy", "agreement with the rest"):
+        who.add_column(column, justify="left" if column == "annotator" else "right")
+    for a in run.annotators:
+        who.add_row(a.annotator, str(a.answered), str(a.skipped),
+                    f"{_n(a.gold_accuracy)} ({a.gold_correct}/{a.gold_n})" if a.gold_n else "no gold",
+                    f"{_n(a.loo_agreement)} ({a.loo_n} photos)")
+    out().print(who)
+    counts = run.status_counts
+    out().print(f"labels by {run.rule} (threshold {run.threshold:g}): "
+                + ", ".join(f"{s} {counts.get(s, 0)}" for s in ("agreed", "adjudicated", "single", "disputed",
+                                                                 "unlabelled")), highlight=False)
+    if run.confused:
+        out().print("most confused: " + ", ".join(f"{c.first}/{c.second} {c.count}" for c in run.confused[:5]),
+                    highlight=False)
+    for m in run.gold_mistakes[:10]:
+        out().print(f"[yellow]gold answered wrongly[/] by {m.annotator} on {m.sample_id}: "
+                    f"{'/'.join(m.answered)} (gold {'/'.join(m.gold)})")
+    if len(run.gold_mistakes) > 10:
+        out().print(f"... and {len(run.gold_mistakes) - 10} more gold photo(s) answered wrongly (in the run)")
+    derived = (f"{run.changed} background(s) of the folder changed" if run.derived
+               else "the folder's backgrounds were left as they are (--measure-only)")
+    out().print(f"{derived}; tables in {shown(run.run_dir)}")
