@@ -387,16 +387,20 @@ def test_shortcut_clip_is_more_spurious_on_hard_images(demo_dir) -> None:
 
 @pytest.mark.slow
 def test_every_fast_method_runs_on_the_demo_models(demo_dir) -> None:
-    """Numbers for the issue note (logged); each method must produce defined scores for most images."""
+    """Numbers for the issue note (logged); each method must produce defined scores for most images
+    (over 3/4) of every 5th evaluation image: 240 of the 1200, 40 per class (issue 42: all 1200 took
+    50-90 s for these 14 runs, whose point is that each method runs; the SSS comparisons above use
+    all 1200)."""
+    ids = tuple(Dataset.open(demo_dir / "world-eval").sample_ids()[::5])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for method in FAST_METHODS:
             row = {}
             for world in ("p0.9", "uncorrelated"):
                 s = _compute(demo_dir / "world-eval", demo_dir / "models" / f"reference-{world}.pt",
-                             method=method, label_space="present", batch_size=128).by_group()
+                             method=method, label_space="present", batch_size=128, sample_ids=ids).by_group()
                 row[world] = s
-                assert s["overall"]["n"] > 900, (method, world, s)
+                assert len(ids) == 240 and s["overall"]["n"] > 0.75 * len(ids), (method, world, s)
             logger.warning("%-12s p0.9 %.3f (aligned %.3f, conflicting %.3f) | uncorrelated %.3f (aligned %.3f, "
                            "conflicting %.3f)", method, row["p0.9"]["overall"]["sss"],
                            row["p0.9"]["groups"]["aligned"]["sss"], row["p0.9"]["groups"]["conflicting"]["sss"],
