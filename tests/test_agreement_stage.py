@@ -119,3 +119,23 @@ def test_cli_prints_the_agreement_and_kappa_tables(tmp_path):
     assert "disputed 2" in text and "alice" in text and "runs/a1" in text.replace("\\", "/")
     again = CliRunner().invoke(main, ["agreement", str(ds.root), "--threshold", "2"])
     assert again.exit_code == 1 and "outside [0, 1]" in again.output
+
+
+def test_a_derivation_stopped_between_its_two_writes_leaves_a_valid_folder(tmp_path, monkeypatch):
+    """derive_backgrounds writes label_status.parquet, then samples.parquet: a stop between the two
+    (here the update raises, as a kill would leave it) is a warning, and the next run cures it."""
+    ds = team_folder(tmp_path, masks=False)
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Dataset, "update", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        agreement(ds, None, AgreementSettings(rule="majority", replicates=10), run_name="stopped")
+    monkeypatch.undo()
+    problems = check_dataset(ds.root)
+    assert problems and all(p.severity == "warning" for p in problems), problems
+    assert "run `curate agreement` again" in problems[0].message
+    Dataset.open(ds.root)  # opens: a warning is no refusal
+    agreement(ds, None, AgreementSettings(rule="majority", replicates=10))
+    assert check_dataset(ds.root) == []
