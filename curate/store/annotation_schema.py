@@ -84,7 +84,7 @@ def annotation_problems(root: Path, backgrounds: Sequence[str] | None, sample_id
     seen: set[tuple[str, int]] = set()
     current: set[str] = set()
     named_masks: set[str] = set()
-    for number, row in enumerate(table.to_pylist()):
+    for number, row in enumerate(_rows(table)):
         aid = row["annotation_id"]
         where = f"{ANNOTATIONS_FILE} row {number} ({aid!r})"
         for name in ("annotation_id", "annotator", "source", "sample_id"):
@@ -119,6 +119,13 @@ def annotation_problems(root: Path, backgrounds: Sequence[str] | None, sample_id
             out.append(("warning", f"{ANNOTATION_MASKS_DIR}: {len(orphans)} mask file(s) no annotation names "
                                    f"(an interrupted write?), e.g. {orphans[0]}"))
     return out
+
+
+def _rows(table: pa.Table) -> Iterable[dict]:
+    """The table's rows as dicts, built column-wise (``Table.to_pylist`` costs about twice as much)."""
+    names = table.column_names
+    for values in zip(*(table.column(n).to_pylist() for n in names)):
+        yield dict(zip(names, values))
 
 
 def _mask_problems(root: Path, rel: str, where: str, deep: bool) -> list[tuple[str, str]]:
