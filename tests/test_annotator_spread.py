@@ -119,7 +119,7 @@ def test_the_stage_reads_runs_and_annotations_and_compare_and_report_show_it(tmp
     from curate.compare import compare_runs
     from curate.report import build_report
     from curate.runs.annotator_spread import AnnotatorSpreadRun
-    from curate.stages.annotator_spread import SpreadSettings, annotator_spread
+    from curate.stages.annotator_spread import SpreadSettings, agreement_rule, annotator_spread
     from curate.stages.split import SplitSettings, split
 
     ds = collect_synthetic(tmp_path / "w", WorldSpec(classes=classes_by_name(("lion", "cicada", "polar bear")),
@@ -134,8 +134,13 @@ def test_the_stage_reads_runs_and_annotations_and_compare_and_report_show_it(tmp
         annotator_spread(ds.root, None, SpreadSettings(), run_name="too-early")
     assert not (ds.root / "runs" / "too-early").exists()
     simulate_annotators(ds, "careful:0.05,confuse:grass-tree:0.5,random:0.3", seed=1)
+    ds.record_provenance("agreement", {"rule": "majority", "threshold": 0.5})  # as `curate agreement` records it
+    assert agreement_rule(ds, SpreadSettings()) == ("majority", 0.5)
+    assert agreement_rule(ds, SpreadSettings(rule="dawid-skene")) == ("dawid-skene", None)
     record = annotator_spread(ds.root, None, SpreadSettings(runs=("eval-a", "eval-b")), run_name="spread")
     assert isinstance(record, AnnotatorSpreadRun) and record.photos == 90
+    assert (record.rule, record.threshold) == ("majority", 0.5)
+    assert AnnotatorSpreadRun.load(record.run_dir).rule == "majority"
     assert record.spread.labellings == [AGREED, "careful", "confuse", "random"]
     assert [m.model for m in record.models] == ["a", "b"] and {c.model for c in record.spread.cells} == {"a", "b"}
     rows, folder = compare_runs(ds.root)

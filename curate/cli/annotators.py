@@ -43,12 +43,13 @@ def simulate_annotators_cmd(directory: Path, team: str, seed: int, overlap: int 
 @click.option("--run", "runs", multiple=True,
               help="Evaluation runs to measure (default: the newest of each model and setup).")
 @click.option("--split-run", default=None, help="The split whose rule re-derives easy/hard (default: the current one).")
-@click.option("--rule", type=click.Choice(["majority", "dawid-skene"]), default="dawid-skene", show_default=True,
-              help="How the agreed labels are decided (curate agreement's rule).")
+@click.option("--rule", type=click.Choice(["majority", "dawid-skene"]), default=None,
+              help="How the agreed labels are decided (default: the rule of the folder's last `curate agreement`, "
+                   "else dawid-skene).")
 @click.option("--threshold", type=float, default=None,
-              help="Below this confidence a photo is disputed (default: the rule's, as curate agreement).")
+              help="Below this confidence a photo is disputed (default: that agreement's, else the rule's).")
 @run_options
-def annotator_spread_cmd(directory: Path, runs: tuple[str, ...], split_run: str | None, rule: str,
+def annotator_spread_cmd(directory: Path, runs: tuple[str, ...], split_run: str | None, rule: str | None,
                          threshold: float | None, run_name: str | None, overwrite: bool) -> None:
     """Each class's drop under the agreed labels, each annotator's and the disputes in either group."""
     from curate.stages.annotator_spread import SpreadSettings, annotator_spread

@@ -9,7 +9,8 @@ Files (``runs/<name>/``):
 - ``config.json``: ``split_run`` (the split whose rule and references re-derived easy/hard),
   ``base`` (the labelling flips are measured against: ``agreed``), ``labellings`` (re-derived,
   the base first), ``models`` (one entry per model: ``model`` label, ``run`` = its evaluation
-  run), ``class_names``, ``disputed`` (disputed photos), ``photos`` (photos considered);
+  run), ``class_names``, ``disputed`` (disputed photos), ``photos`` (photos considered), ``rule``
+  and ``threshold`` (how the agreed labels were decided; a run without them loads with "" and None);
 - ``spread.json``: ``splits`` (one row per labelling and class: kept, easy, hard) and ``cells``
   (one row per model, labelling and class: easy/hard accuracy, drop, counts; fractions);
 - ``spread.csv``: the cells; ``spread.md``: per model, a class x labelling table of drops in
@@ -73,6 +74,8 @@ class AnnotatorSpreadRun(RunRecord):
     models: list[SpreadModel]
     class_names: dict[int, str] = field(default_factory=dict)
     photos: int = 0
+    rule: str = ""  # the agreed labels' rule (curate.agreement.aggregate)
+    threshold: float | None = None  # its threshold (None: the rule's default)
     run_dir: Path | None = None
 
     # -- record protocol
@@ -80,7 +83,8 @@ class AnnotatorSpreadRun(RunRecord):
         return {"split_run": self.split_run, "base": self.spread.base, "labellings": list(self.spread.labellings),
                 "models": [asdict(m) for m in self.models],
                 "class_names": {str(c): n for c, n in sorted(self.class_names.items())},
-                "disputed": self.spread.disputed, "photos": self.photos}
+                "disputed": self.spread.disputed, "photos": self.photos, "rule": self.rule,
+                "threshold": self.threshold}
 
     def _write_results(self, run_dir: Path) -> None:
         splits = [asdict(s) for by_class in self.spread.splits.values() for s in by_class.values()]
@@ -104,7 +108,8 @@ class AnnotatorSpreadRun(RunRecord):
         return cls(split_run=str(config["split_run"]), spread=spread,
                    models=[SpreadModel(str(m["model"]), str(m["run"])) for m in config.get("models") or []],
                    class_names={int(c): str(n) for c, n in (config.get("class_names") or {}).items()},
-                   photos=int(config.get("photos") or 0), run_dir=run_dir)
+                   photos=int(config.get("photos") or 0), rule=str(config.get("rule") or ""),
+                   threshold=None if config.get("threshold") is None else float(config["threshold"]), run_dir=run_dir)
 
     # -- typed views
     @property

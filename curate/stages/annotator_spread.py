@@ -9,7 +9,8 @@
 - the labellings of the annotation table (:mod:`curate.store.annotations`): each annotator's own
   answers (the primary background, :mod:`curate.agreement.answers`), and the agreed labels with the
   disputed photos from :func:`curate.agreement.aggregate_labels` (``settings.rule`` and
-  ``threshold``; photos labelled by one annotator or adjudicated keep that label).
+  ``threshold``, by default those of the folder's last ``curate agreement``; photos labelled by one
+  annotator or adjudicated keep that label).
 
 and writes a :class:`curate.runs.annotator_spread.AnnotatorSpreadRun` (formulas:
 :mod:`curate.metrics.annotator_spread`). Photos: the accepted samples with a class that every
@@ -34,7 +35,7 @@ from curate.runs.evaluation import EvaluationRun
 from curate.runs.split import SplitRun
 from curate.stages.common import claim_run_dir, open_dataset, run_stage
 
-__all__ = ["SpreadSettings", "Labellings", "folder_labellings", "annotator_spread"]
+__all__ = ["SpreadSettings", "Labellings", "agreement_rule", "folder_labellings", "annotator_spread"]
 
 logger = logging.getLogger(__name__)
 
@@ -45,8 +46,8 @@ class SpreadSettings:
 
     runs: tuple[str, ...] = ()  # evaluation runs (default: the newest of each model and setup)
     split_run: str | None = None  # default: the folder's current split (dataset.yaml provenance.split.run)
-    rule: str = "dawid-skene"  # the aggregation rule of the agreed labels (curate.agreement.aggregate)
-    threshold: float | None = None  # its threshold (None: the rule's default)
+    rule: str | None = None  # the agreed labels' rule (None: the folder's last `curate agreement`, else dawid-skene)
+    threshold: float | None = None  # its threshold (None: that agreement's, else the rule's default)
 
 
 @dataclass
@@ -82,6 +83,18 @@ def folder_labellings(ds: Any, rule: str = "dawid-skene", threshold: float | Non
                 if d.status == "disputed"}
     annotators = {who: {sid: b[0] for sid, b in answers.of(who).items()} for who in answers.annotators}
     return Labellings(agreed, disputed, {who: labels for who, labels in annotators.items() if labels})
+
+
+def agreement_rule(ds: Any, settings: SpreadSettings) -> tuple[str, float | None]:
+    """The rule and threshold of the agreed labels: the settings', else those the folder's last
+    ``curate agreement`` recorded (``dataset.yaml`` provenance ``agreement``), else Dawid-Skene's, so
+    the spread's agreed labels are the ones the folder's backgrounds were derived from."""
+    recorded = ds.provenance.get("agreement") or {}
+    rule = settings.rule or str(recorded.get("rule") or "dawid-skene")
+    threshold = settings.threshold
+    if threshold is None and recorded.get("rule") == rule and recorded.get("threshold") is not None:
+        threshold = float(recorded["threshold"])
+    return rule, threshold
 
 
 def _newest_runs(root: Path, names: tuple[str, ...]) -> list[EvaluationRun]:
@@ -127,7 +140,8 @@ def annotator_spread(dataset: Any, model: None = None, settings: SpreadSettings 
     references = [EvaluationRun.finished(ds.root, r.run).correct1_by_sample() for r in split.references]
     if not references:
         raise ValueError(f"split run {split_name} names no reference evaluation run to re-derive easy/hard with")
-    labellings = folder_labellings(ds, settings.rule, settings.threshold)
+    rule, threshold = agreement_rule(ds, settings)
+    labellings = folder_labellings(ds, rule, threshold)
     runs = _newest_runs(ds.root, tuple(settings.runs))
     rows = [r for r in ds.rows(status="accepted") if r["class_index"] is not None
             and all(r["sample_id"] in ref for ref in references)]
@@ -144,7 +158,8 @@ def annotator_spread(dataset: Any, model: None = None, settings: SpreadSettings 
                             split.rule, split.pins, disputed=labellings.disputed)
     record = AnnotatorSpreadRun(split_run=str(split_name), spread=spread,
                                 models=[SpreadModel(n, r.name) for n, r in zip(names, runs)],
-                                class_names={c.class_index: c.class_name for c in split.classes}, photos=len(ids))
+                                class_names={c.class_index: c.class_name for c in split.classes}, photos=len(ids),
+                                rule=rule, threshold=threshold)
     run_dir = claim_run_dir(ds.root, run_name, "annotator-spread", str(split_name), overwrite=overwrite)
     try:
         record.write(run_dir)
