@@ -220,6 +220,8 @@ def test_demo_plants_a_shortcut_only_when_correlated(demo_dir, monkeypatch) -> N
         assert row["jaccard"] >= 0.9 and row["phrase_rank"] is not None and row["phrase_rank"] <= 5, row
     assert sum(r["ari"] for r in result.discovery) >= sum(r["ari_whole"] for r in result.discovery)
     assert result.discovery_null.startswith("null world") and ": 0 of " in result.discovery_null
+    # the simulated team's agreement table (issue 44; curate.collect.simulated_team, tested in test_annotator_sim.py)
+    assert any(line.startswith("| careful | careful:0.05 |") for line in result.team), result.team
     # the splitter (papers/003 §2.1) finds the planted backgrounds with the p = 0.9 reference ...
     assert result.split_kept >= 5 and result.split_planted_easy >= 0.9 * result.split_kept
     # ... and, with the uncorrelated reference, few or no classes pass --require-significant
