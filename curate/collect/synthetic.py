@@ -372,15 +372,20 @@ def vignette_light(size: int, strength: float) -> np.ndarray:
 COUNTERFACTUAL_STREAM = 1
 
 
-def _texture_of(spec: WorldSpec, index: int) -> tuple[str, np.ndarray]:
-    """Sample ``index``'s background kind and texture as the generator drew them (before any vignette):
-    its stream replayed up to the texture. Samples with a planted problem are refused."""
+def _check_clean(spec: WorldSpec, index: int, why: str) -> None:
+    """ValueError unless ``index`` is a sample of the world without a planted problem (``why``: what that spoils)."""
     total = spec.per_class * len(spec.classes)
     if not 0 <= index < total:
         raise ValueError(f"sample index {index} is outside the world (0..{total - 1})")
     problem = planted.problem_of(spec, index)
     if problem is not None:
-        raise ValueError(f"sample {index} has a planted problem ({problem}); its background is not one texture")
+        raise ValueError(f"sample {index} has a planted problem ({problem}); {why}")
+
+
+def _texture_of(spec: WorldSpec, index: int) -> tuple[str, np.ndarray]:
+    """Sample ``index``'s background kind and texture as the generator drew them (before any vignette):
+    its stream replayed up to the texture. Samples with a planted problem are refused."""
+    _check_clean(spec, index, "its background is not one texture")
     rng = np.random.default_rng([spec.seed, index])
     cls = spec.classes[index // spec.per_class]
     own = _choose_background(spec, cls, rng)
@@ -412,12 +417,7 @@ def render_counterfactual(spec: WorldSpec, index: int, *, background: str | None
     ``{"counterfactual": {...}}`` with the intervened attributes only. Samples with a planted
     problem are refused (their pixels are not composed from one object and one background).
     """
-    total = spec.per_class * len(spec.classes)
-    if not 0 <= index < total:
-        raise ValueError(f"sample index {index} is outside the world (0..{total - 1})")
-    problem = planted.problem_of(spec, index)
-    if problem is not None:
-        raise ValueError(f"sample {index} has a planted problem ({problem}); counterfactuals are defined for clean samples only")
+    _check_clean(spec, index, "counterfactuals are defined for clean samples only")
     if background is not None and background not in BACKGROUNDS:
         raise ValueError(f"unknown synthetic background {background!r}; known: {', '.join(BACKGROUNDS)}")
     if scale is not None and not UNCOMMON_SCALE_RANGE[0] <= scale <= UNCOMMON_SCALE_RANGE[1]:
