@@ -307,13 +307,9 @@ def scatter_png(rows: Sequence[RunRow], title: str = "easy vs hard (balanced top
 def annotator_spread_run(dataset_root: Path) -> Any:
     """The folder's newest :class:`curate.runs.annotator_spread.AnnotatorSpreadRun` (None when it has none;
     an unreadable one is logged and skipped)."""
-    newest = None
-    for path, run in iter_runs(dataset_root, "annotator-spread"):
-        if isinstance(run, RunError):
-            logger.warning("the annotator-spread run %s cannot be read (%s)", path.name, run)
-        else:
-            newest = run
-    return newest
+    from curate.runs.lookup import newest_run
+
+    return newest_run(dataset_root, "annotator-spread")
 
 
 def compare_runs(dataset_root: Path, out_dir: Path | None = None, runs: Sequence[str] | None = None, *,

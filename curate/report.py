@@ -31,7 +31,10 @@ Sections (each present when its inputs exist, otherwise a line saying what to ru
    (:class:`curate.runs.annotator_spread.AnnotatorSpreadRun`): per model, each class's drop under
    the agreed labels, each annotator's and the disputed photos in either group, the spread, the
    classes whose easy/hard assignment flips, and a per-class figure (``spread_<run>_<k>.png``).
-9. **Gallery**: a few easy and hard images per class (``gallery.png``), chosen deterministically.
+9. **Agreement** (issue 44): the newest agreement run, by :func:`curate.report_agreement.agreement_section`
+   (alpha per class and overall, kappa per pair, annotators, confused backgrounds, photos by status,
+   the disputed photos), or the command that makes one.
+10. **Gallery**: a few easy and hard images per class (``gallery.png``), chosen deterministically.
 
 Unreadable runs (unfinished, damaged, written by a newer curate) are listed as notes, never fatal.
 
@@ -53,6 +56,7 @@ from typing import Any
 
 from curate import __version__
 from curate.formatting import num, pct, pct_ci
+from curate.report_agreement import agreement_section
 from curate.runs import RUNS_DIR, write_bytes
 from curate.shell import suggest
 
@@ -650,6 +654,7 @@ def build_report(
     _vlm_quality_section(doc, ds.root, out)
     _attribution_section(doc, ds.root, out)
     _spread_section(doc, ds.root, out)
+    agreement_section(doc, ds)
     doc.heading("Gallery")
     png, table = gallery_png(ds, gallery_per_group)
     if png is None:

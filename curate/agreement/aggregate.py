@@ -46,13 +46,15 @@ import numpy as np
 
 from curate.agreement.answers import Answers
 
-__all__ = ["DEFAULT_MASK_METHOD", "DEFAULT_THRESHOLDS", "MASK_METHODS", "RULES", "Decision", "aggregate_labels",
-           "aggregate_masks", "default_threshold"]
+__all__ = ["DEFAULT_MASK_METHOD", "DEFAULT_THRESHOLDS", "MASK_METHODS", "RULES", "STATUSES", "Decision",
+           "aggregate_labels", "aggregate_masks", "default_threshold"]
 
 RULES: tuple[str, ...] = ("majority", "dawid-skene")
 #: The threshold each rule uses when none is given (module docstring says why).
 DEFAULT_THRESHOLDS: dict[str, float] = {"majority": 0.0, "dawid-skene": 0.9}
 MASK_METHODS: tuple[str, ...] = ("majority", "em", "rasa")
+#: A photo's status (:attr:`Decision.status`), in the order tables print them.
+STATUSES: tuple[str, ...] = ("agreed", "adjudicated", "single", "disputed", "unlabelled")
 DEFAULT_MASK_METHOD = "majority"
 
 

@@ -34,6 +34,7 @@ def _n(x: float, digits: int = 3) -> str:
 def agreement_cmd(directory: Path, rule: str, threshold: float | None, replicates: int, seed: int, mask_method: str,
                   measure_only: bool, run_name: str | None, overwrite: bool) -> None:
     """Agreement of several annotators (Krippendorff's alpha, Cohen's kappa), each photo's label, the disputes."""
+    from curate.agreement.aggregate import STATUSES
     from curate.stages.agreement import AgreementSettings, agreement
 
     settings = AgreementSettings(rule=rule, threshold=threshold, replicates=replicates, seed=seed,
@@ -73,8 +74,7 @@ def agreement_cmd(directory: Path, rule: str, threshold: float | None, replicate
     out().print(who)
     counts = run.status_counts
     out().print(f"labels by {run.rule} (threshold {run.threshold:g}): "
-                + ", ".join(f"{s} {counts.get(s, 0)}" for s in ("agreed", "adjudicated", "single", "disputed",
-                                                                 "unlabelled")), highlight=False)
+                + ", ".join(f"{s} {counts.get(s, 0)}" for s in STATUSES), highlight=False)
     if run.confused:
         out().print("most confused: " + ", ".join(f"{c.first}/{c.second} {c.count}" for c in run.confused[:5]),
                     highlight=False)

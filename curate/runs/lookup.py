@@ -8,12 +8,15 @@ run" with the runs of that kind listed (or the verb that makes one), a folder wi
 """
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import TypeVar
 
-from curate.runs.base import CONFIG_FILE, RUNS_DIR, RunError, RunRecord, list_runs
+from curate.runs.base import CONFIG_FILE, RUNS_DIR, RunError, RunRecord, iter_runs, list_runs
 
-__all__ = ["named_run", "no_such_run", "run_names"]
+__all__ = ["named_run", "newest_run", "no_such_run", "run_names"]
+
+logger = logging.getLogger(__name__)
 
 R = TypeVar("R", bound=RunRecord)
 
@@ -27,6 +30,18 @@ NOUNS = {"masks": "propose-masks", "evaluate": "evaluation", "intervene": "inter
 def run_names(dataset_root: str | Path, kind: str) -> list[str]:
     """The finished runs of ``kind`` in ``DIR/runs``, oldest first."""
     return [p.name for p in list_runs(Path(dataset_root), kind)]
+
+
+def newest_run(dataset_root: str | Path, kind: str) -> RunRecord | None:
+    """The newest readable run of ``kind`` in ``DIR/runs`` (None when there is none); an unreadable
+    one (unfinished, damaged, newer curate) is logged as a warning and skipped."""
+    newest = None
+    for path, run in iter_runs(Path(dataset_root), kind):
+        if isinstance(run, RunError):
+            logger.warning("the %s run %s cannot be read (%s)", NOUNS.get(kind, kind), path.name, run)
+        else:
+            newest = run
+    return newest
 
 
 def no_such_run(dataset_root: str | Path, name: str, kind: str) -> RunError:
