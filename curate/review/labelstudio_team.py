@@ -27,8 +27,9 @@ is a row with no background. The folder's ``background`` is not written here: it
 from the table by :mod:`curate.agreement`, never by one person.
 
 Bad input is reported and loses nothing: a background outside the dataset's vocabulary (or
-more than two) leaves that annotation out (its previous version, if any, stays current; fix it
-in the tool and pull again); the same person twice on one photo keeps the latest and names the
+more than two), or an author the server's user list does not name (a removed user: curate
+never stores a person under a bare server id), leaves that annotation out (its previous version,
+if any, stays current; fix it in the tool and pull again); the same person twice on one photo keeps the latest and names the
 others; an annotator who skipped every task, photos nobody labelled, and gold photos answered
 wrongly (per annotator) are reported. A server that stops mid-pull raises a
 :class:`~curate.review.sync.ReviewError` before anything is written (the exports all come
@@ -339,8 +340,15 @@ def read_annotation(ds: Dataset, project_id: int, task: Mapping[str, Any], annot
     who = annotation.get("completed_by")
     if isinstance(who, Mapping):
         who = who.get("email") or who.get("id")
-    annotator = users.get(int(who), str(who)) if isinstance(who, int) else str(who)
+    # an author is the server's e-mail for the user: never a bare id, "None" or an empty name (they would
+    # split one person in two across pulls, or merge strangers)
+    annotator = users.get(who) if isinstance(who, int) else (str(who).strip() if who is not None else "")
     aid = f"{BACKEND}:{project_id}:{annotation.get('id')}"
+    if not annotator:
+        problems.append(f"annotation {aid} on {sid}: " + (f"its author (user id {who}) is not among the server's "
+                                                           "users" if isinstance(who, int) else "no author")
+                        + "; left out")
+        return None, None
     where = f"annotation {aid} by {annotator} on {sid}"
     if sid not in ds:
         problems.append(f"{where}: not a sample of the folder; left out")
