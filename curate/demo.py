@@ -227,7 +227,7 @@ def run_full_demo(workdir: Path, settings: DemoSettings | None = None, **callbac
     result = DemoResult(shortcut, evaluations, compare_dir, measured.agreement, measured.chance_uniform, split.run_dir,
                         len(split.kept), len(split.classes), planted)
     result.noise_summary, result.reference_drop = split.noise_summary.text, split.reference_drop_text()
-    with _beside(_fidelity_rows, str(eval_ds.root), [(row.world, str(row.weights)) for row in shortcut],
+    with run_beside(_fidelity_rows, str(eval_ds.root), [(row.world, str(row.weights)) for row in shortcut],
                  dict(FIDELITY_SETTINGS)) as fidelity_job:  # the longest step, on the other core meanwhile
         result.saliency = _saliency(eval_ds.root, shortcut, say)
         _audit_assist(workdir, shortcut, say)
@@ -243,7 +243,7 @@ def run_full_demo(workdir: Path, settings: DemoSettings | None = None, **callbac
 
 
 @contextmanager
-def _beside(function: Callable, *args: Any) -> Iterator[Any]:
+def run_beside(function: Callable, *args: Any) -> Iterator[Any]:
     """Run ``function(*args)`` in a spawned process while the caller's block runs; yields its future.
 
     Every step after training is a tiny model on 48 px images, whose batches do not use a second
