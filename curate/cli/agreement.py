@@ -58,12 +58,17 @@ def agreement_cmd(directory: Path, rule: str, threshold: float | None, replicate
         table.add_row(a.group, _n(a.alpha), f"[{_n(a.low)}, {_n(a.high)}]", str(a.n_photos), str(a.n_pairable),
                       str(a.n_annotators), str(count))
     out().print(table)
+    out().print("alpha: 1 = the annotators always agree, 0 = no better than chance; n/a = undefined (no photo with "
+                "two answers, or one background only); agreement, not accuracy "
+                "(docs/science.md#what-alpha-can-and-cannot-show)", highlight=False)
     kappa = Table(title="Cohen's kappa per pair of annotators", title_justify="left")
     for column in ("annotator A", "annotator B", "common photos", "kappa", "sets agree"):
         kappa.add_column(column, justify="left" if column.startswith("annotator") else "right")
     for k in run.kappa:
         kappa.add_row(k.a, k.b, str(k.n_common), _n(k.kappa), _n(k.set_agreement))
     out().print(kappa)
+    out().print("kappa: the pair's chance-corrected agreement on primary backgrounds; sets agree: share of their common "
+                "photos whose answer sets intersect", highlight=False)
     who = Table(title="Annotators", title_justify="left")
     for column in ("annotator", "answered", "skipped", "gold accuracy", "agreement with the rest"):
         who.add_column(column, justify="left" if column == "annotator" else "right")
@@ -72,11 +77,14 @@ def agreement_cmd(directory: Path, rule: str, threshold: float | None, replicate
                     f"{_n(a.gold_accuracy)} ({a.gold_correct}/{a.gold_n})" if a.gold_n else "no gold",
                     f"{_n(a.loo_agreement)} ({a.loo_n} photos)")
     out().print(who)
+    out().print("gold accuracy: share of gold photos whose primary is in the gold answer; agreement with the rest: "
+                "share of photos where the primary equals the unique majority of the others' (ties left out)",
+                highlight=False)
     counts = run.status_counts
     out().print(f"labels by {run.rule} (threshold {run.threshold:g}): "
                 + ", ".join(f"{s} {counts.get(s, 0)}" for s in STATUSES), highlight=False)
     if run.confused:
-        out().print("most confused: " + ", ".join(f"{c.first}/{c.second} {c.count}" for c in run.confused[:5]),
+        out().print("most confused (times two annotators gave the pair to one photo): " + ", ".join(f"{c.first}/{c.second} {c.count}" for c in run.confused[:5]),
                     highlight=False)
     for m in run.gold_mistakes[:10]:
         out().print(f"[yellow]gold answered wrongly[/] by {m.annotator} on {m.sample_id}: "

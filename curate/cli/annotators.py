@@ -28,7 +28,7 @@ def simulate_annotators_cmd(directory: Path, team: str, seed: int, overlap: int 
     result = simulate_annotators(Dataset.open(directory), team, seed=seed, overlap=overlap, gold=gold)
     table = Table(title=f"simulated team (seed {seed}): answers, accuracy against the world's truth, mask IoU",
                   title_justify="left")
-    for column in ("annotator", "kind", "answers", "accuracy", "expected", "mask IoU"):
+    for column in ("annotator", "kind", "answers", "accuracy %", "expected %", "mean mask IoU vs truth"):
         table.add_column(column, justify="left" if column in ("annotator", "kind") else "right")
     for m in result.team:
         ious = list(result.mask_iou[m.name].values())
