@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 from curate.agreement.aggregate import STATUSES
-from curate.agreement.answers import answers_of
+from curate.agreement.answers import answers_of, photo_classes
 from curate.formatting import num
 from curate.runs.lookup import newest_run
 from curate.shell import suggest
@@ -46,15 +46,14 @@ def disputed_rows(ds: Any, run: Any, limit: int = MAX_DISPUTED) -> list[list[str
     ids = run.disputed[:limit]
     if not ids:
         return []
-    table = ds.table(["sample_id", "class_name"])
-    classes = dict(zip(table.column("sample_id").to_pylist(), table.column("class_name").to_pylist()))
+    classes = photo_classes(ds)
     answers = answers_of(ds)
     candidate = {d.sample_id: d.candidate for d in run.decisions}
     rows = []
     for sid in ids:
         given = [f"{who}: {'/'.join(labels)}" for who, labels in sorted(answers.labels.get(sid, {}).items())]
         given += [f"{who}: skipped" for who in sorted(answers.skipped.get(sid, set()))]
-        rows.append([sid, str(classes.get(sid, "")), candidate.get(sid) or "tie", "; ".join(given) or "none now"])
+        rows.append([sid, classes.get(sid, ""), candidate.get(sid) or "tie", "; ".join(given) or "none now"])
     return rows
 
 

@@ -89,7 +89,7 @@ def test_measure_only_leaves_the_folder_and_a_folder_without_annotations_is_refu
     assert pq.read_table(ds.root / "samples.parquet").column("background").to_pylist() == before
     assert not (ds.root / LABEL_STATUS_FILE).exists()
     bare = make_dataset(tmp_path / "bare", n=2, masks=False)
-    with pytest.raises(ValueError, match="no annotations to measure.*curate review labelstudio"):
+    with pytest.raises(ValueError, match="no annotations to measure.*curate review labelstudio.*curate simulate-annotators"):
         agreement(bare, None, AgreementSettings(replicates=10))
     with pytest.raises(ValueError, match="unknown aggregation rule"):
         agreement(ds, None, AgreementSettings(rule="vote"))

@@ -26,7 +26,7 @@ from typing import Any
 
 from curate.store.annotations import Annotation, current_annotations
 
-__all__ = ["Answers", "answers_of", "collect_answers", "sets_agree"]
+__all__ = ["Answers", "answers_of", "collect_answers", "photo_classes", "sets_agree"]
 
 
 @dataclass
@@ -100,3 +100,9 @@ def collect_answers(annotations: Iterable[Annotation], vocabulary: Sequence[str]
 def answers_of(ds: Any) -> Answers:
     """The :class:`Answers` of an open dataset's annotation table (empty when it has none)."""
     return collect_answers(current_annotations(ds), ds.backgrounds)
+
+
+def photo_classes(ds: Any) -> dict[str, str]:
+    """sample_id -> class name of an open dataset (the groups alpha and the disputes are counted by)."""
+    table = ds.table(["sample_id", "class_name"])
+    return {str(k): str(v) for k, v in zip(table.column("sample_id").to_pylist(), table.column("class_name").to_pylist())}

@@ -43,11 +43,10 @@ def agreement_cmd(directory: Path, rule: str, threshold: float | None, replicate
         run = agreement(directory, None, settings, run_name=run_name, overwrite=overwrite, progress=StageProgress(bar))
     disputed = {}
     if run.decisions:
+        from curate.agreement.answers import photo_classes
         from curate.store import Dataset
 
-        table = Dataset.open(directory).table(["sample_id", "class_name"])
-        classes = dict(zip(table.column("sample_id").to_pylist(), table.column("class_name").to_pylist()))
-        disputed = run.disputed_by_class({k: str(v) for k, v in classes.items()})
+        disputed = run.disputed_by_class(photo_classes(Dataset.open(directory)))
     level = int(round(run.level * 100))
     table = Table(title=f"Krippendorff's alpha (nominal) [{level}% bootstrap interval over photos, "
                         f"{run.replicates} replicates, seed {run.seed}]", title_justify="left")

@@ -29,7 +29,7 @@ from curate.agreement.aggregate import (
     aggregate_masks,
     default_threshold,
 )
-from curate.agreement.answers import answers_of
+from curate.agreement.answers import answers_of, photo_classes
 from curate.agreement.derive import derive_backgrounds
 from curate.agreement.metrics import (
     alpha_table,
@@ -112,9 +112,9 @@ def agreement(dataset: Any, model: None = None, settings: AgreementSettings | No
         raise ValueError(
             f"{ds.root} has no annotations to measure: give photos to several annotators "
             f"(`{suggest('curate review labelstudio {dir} --annotators a,b,c --overlap 2', dir=ds.root)}`) and pull "
-            "their answers, or simulate a team")
-    table = ds.table(["sample_id", "class_name"])
-    classes = dict(zip(table.column("sample_id").to_pylist(), table.column("class_name").to_pylist()))
+            f"their answers, or simulate a team (`{suggest('curate simulate-annotators {dir}', dir=ds.root)}`, on a "
+            "synthetic world)")
+    classes = photo_classes(ds)
     report(progress, 0, 4, "agreement")
     alpha = alpha_table(answers, classes, replicates=settings.replicates, seed=settings.seed, level=settings.level)
     report(progress, 1, 4, "agreement")
