@@ -13,7 +13,8 @@ Files (``runs/<name>/``):
   ``annotators`` (gold accuracy, leave-one-out agreement, their wrong gold answers), ``mask_iou``
   (per photo and pair), ``mask_iou_by_class``, ``aggregated_mask_iou`` (each annotator's mask
   against the aggregated one, mean per annotator);
-- ``photos.csv``: per photo: status, background, candidate, confidence, answers;
+- ``photos.csv``: per photo: status, background (and the full answer set), candidate, confidence,
+  the number of answers (who answered what stays in the folder's annotation table);
 - ``agreement.md``: the tables the CLI prints.
 """
 from __future__ import annotations
