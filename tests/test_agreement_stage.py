@@ -118,7 +118,7 @@ def test_cli_prints_the_agreement_and_kappa_tables(tmp_path):
     assert "Krippendorff's alpha" in text and "Cohen's kappa" in text and "(all)" in text
     assert "disputed 2" in text and "alice" in text and "runs/a1" in text.replace("\\", "/")
     # every figure says what it means: undefined alpha, the set agreement, the confusion counts
-    assert "n/a = undefined" in text and "sets agree: share of" in text and "agreement with the rest: share" in text
+    assert "— = undefined" in text and "sets agree: share of" in text and "agreement with the rest: share" in text
     assert "most confused (times two annotators gave the pair to one photo): " in text
     again = CliRunner().invoke(main, ["agreement", str(ds.root), "--threshold", "2"])
     assert again.exit_code == 1 and "outside [0, 1]" in again.output

@@ -8,10 +8,7 @@ from rich.table import Table
 
 from curate.cli import StageProgress, main, out, progress, shown
 from curate.cli.options import UserPath, run_options
-
-
-def _n(x: float, digits: int = 3) -> str:
-    return "n/a" if x != x else f"{x:.{digits}f}"
+from curate.formatting import num
 
 
 @main.command("agreement")
@@ -54,17 +51,17 @@ def agreement_cmd(directory: Path, rule: str, threshold: float | None, replicate
         table.add_column(column, justify="left" if column == "class" else "right")
     for a in run.alpha:
         count = sum(disputed.values()) if a.group == "(all)" else disputed.get(a.group, 0)
-        table.add_row(a.group, _n(a.alpha), f"[{_n(a.low)}, {_n(a.high)}]", str(a.n_photos), str(a.n_pairable),
+        table.add_row(a.group, num(a.alpha), f"[{num(a.low)}, {num(a.high)}]", str(a.n_photos), str(a.n_pairable),
                       str(a.n_annotators), str(count))
     out().print(table)
-    out().print("alpha: 1 = the annotators always agree, 0 = no better than chance; n/a = undefined (no photo with "
+    out().print("alpha: 1 = the annotators always agree, 0 = no better than chance; — = undefined (no photo with "
                 "two answers, or one background only); agreement, not accuracy "
                 "(docs/science.md#what-alpha-can-and-cannot-show)", highlight=False)
     kappa = Table(title="Cohen's kappa per pair of annotators", title_justify="left")
     for column in ("annotator A", "annotator B", "common photos", "kappa", "sets agree"):
         kappa.add_column(column, justify="left" if column.startswith("annotator") else "right")
     for k in run.kappa:
-        kappa.add_row(k.a, k.b, str(k.n_common), _n(k.kappa), _n(k.set_agreement))
+        kappa.add_row(k.a, k.b, str(k.n_common), num(k.kappa), num(k.set_agreement))
     out().print(kappa)
     out().print("kappa: the pair's chance-corrected agreement on primary backgrounds; sets agree: share of their common "
                 "photos whose answer sets intersect", highlight=False)
@@ -73,8 +70,8 @@ def agreement_cmd(directory: Path, rule: str, threshold: float | None, replicate
         who.add_column(column, justify="left" if column == "annotator" else "right")
     for a in run.annotators:
         who.add_row(a.annotator, str(a.answered), str(a.skipped),
-                    f"{_n(a.gold_accuracy)} ({a.gold_correct}/{a.gold_n})" if a.gold_n else "no gold",
-                    f"{_n(a.loo_agreement)} ({a.loo_n} photos)")
+                    f"{num(a.gold_accuracy)} ({a.gold_correct}/{a.gold_n})" if a.gold_n else "no gold",
+                    f"{num(a.loo_agreement)} ({a.loo_n} photos)")
     out().print(who)
     out().print("gold accuracy: share of gold photos whose primary is in the gold answer; agreement with the rest: "
                 "share of photos where the primary equals the unique majority of the others' (ties left out)",

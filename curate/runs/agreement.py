@@ -35,6 +35,7 @@ from curate.agreement.metrics import (
     KappaPair,
     MaskIoU,
 )
+from curate.formatting import num
 from curate.jsonio import write_json
 from curate.runs.base import RunRecord, read_result_json, write_bytes
 from curate.runs.registry import register_run_kind
@@ -44,10 +45,6 @@ __all__ = ["AgreementRun"]
 
 def _f(x: Any) -> float:
     return float("nan") if x is None else float(x)
-
-
-def _num(x: float, digits: int = 3) -> str:
-    return "n/a" if x is None or math.isnan(x) else f"{x:.{digits}f}"
 
 
 @register_run_kind
@@ -165,7 +162,7 @@ class AgreementRun(RunRecord):
 
     def alpha_lines(self) -> list[list[str]]:
         """Rows of the per-class agreement table: class, alpha [interval], photos, pairable, annotators."""
-        return [[a.group, f"{_num(a.alpha)} [{_num(a.low)}, {_num(a.high)}]", str(a.n_photos), str(a.n_pairable),
+        return [[a.group, f"{num(a.alpha)} [{num(a.low)}, {num(a.high)}]", str(a.n_photos), str(a.n_pairable),
                  str(a.n_annotators)] for a in self.alpha]
 
     def to_markdown(self) -> str:
@@ -179,11 +176,11 @@ class AgreementRun(RunRecord):
         counts = self.status_counts
         lines += ["", "Photos by status: " + ", ".join(f"{s} {n}" for s, n in sorted(counts.items())), "",
                   "| annotator A | annotator B | common photos | Cohen's kappa | sets agree |", "| --- | --- | --- | --- | --- |"]
-        lines += [f"| {k.a} | {k.b} | {k.n_common} | {_num(k.kappa)} | {_num(k.set_agreement)} |" for k in self.kappa]
+        lines += [f"| {k.a} | {k.b} | {k.n_common} | {num(k.kappa)} | {num(k.set_agreement)} |" for k in self.kappa]
         lines += ["", "| annotator | answered | skipped | gold accuracy | gold photos | agreement with the rest |",
                   "| --- | --- | --- | --- | --- | --- |"]
-        lines += [f"| {a.annotator} | {a.answered} | {a.skipped} | {_num(a.gold_accuracy)} | {a.gold_n} | "
-                  f"{_num(a.loo_agreement)} ({a.loo_n} photos) |" for a in self.annotators]
+        lines += [f"| {a.annotator} | {a.answered} | {a.skipped} | {num(a.gold_accuracy)} | {a.gold_n} | "
+                  f"{num(a.loo_agreement)} ({a.loo_n} photos) |" for a in self.annotators]
         if self.confused:
             lines += ["", "Backgrounds confused (pairs of annotators on one photo): "
                       + ", ".join(f"{c.first}/{c.second} {c.count}" for c in self.confused[:10])]
