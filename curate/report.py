@@ -143,10 +143,13 @@ _CSS = ("body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;
 
 
 def _inline(text: str) -> str:
-    escaped = html.escape(text, quote=False)
+    """Escaped HTML of one line; quotes are escaped too and a link is one only to http(s) or a path without
+    a scheme, since cells carry names from review servers (annotators)."""
+    escaped = html.escape(text, quote=True)
     escaped = re.sub(r"`([^`]+)`", r"<code>\1</code>", escaped)
     escaped = re.sub(r"\*\*([^*]+)\*\*", r"<strong>\1</strong>", escaped)
-    return re.sub(r"\[([^\]]+)\]\(([^)\s]+)\)", lambda m: f'<a href="{m.group(2)}">{m.group(1)}</a>', escaped)
+    return re.sub(r"\[([^\]]+)\]\(((?:https?://|(?![\w+.-]*:))[^)\s]+)\)",
+                  lambda m: f'<a href="{m.group(2)}">{m.group(1)}</a>', escaped)
 
 
 # ----------------------------------------------------------------------------- helpers

@@ -84,3 +84,17 @@ def test_the_report_shows_the_newest_agreement_run_and_its_disputes(tmp_path):
     assert all(r[3] == "; ".join(sorted(answers[r[0]])) for r in disputed)
     assert "## Agreement of the annotators" in (root / "runs" / "report" / "report.md").read_text()
     assert "<h2>Agreement of the annotators</h2>" in (root / "runs" / "report" / "report.html").read_text()
+
+
+def test_names_from_a_server_cannot_inject_html_into_the_report():
+    """Annotator names come from Label Studio (any member of the organization picks theirs): a name written as a
+    Markdown link must not open an attribute or a javascript: link in report.html."""
+    from curate.report import Document
+
+    doc = Document("t")
+    doc.table(["annotator"], [['[a](x"onmouseover=alert//)'], ["[b](javascript:alert%281%29)"], ["<script>x</script>"]])
+    doc.text("see [the science](docs/science.md#what-alpha-can-and-cannot-show) and [site](https://example.org/a)")
+    page = doc.html()
+    assert '"onmouseover' not in page and 'href="javascript:' not in page and "<script>x" not in page
+    assert '<a href="docs/science.md#what-alpha-can-and-cannot-show">the science</a>' in page
+    assert '<a href="https://example.org/a">site</a>' in page
