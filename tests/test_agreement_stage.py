@@ -142,3 +142,19 @@ def test_a_derivation_stopped_between_its_two_writes_leaves_a_valid_folder(tmp_p
     Dataset.open(ds.root)  # opens: a warning is no refusal
     agreement(ds, None, AgreementSettings(rule="majority", replicates=10))
     assert check_dataset(ds.root) == []
+
+
+def test_cli_prints_annotator_names_as_written(tmp_path):
+    """Names come from a review server: one that reads as console markup is printed as written, not
+    interpreted (a closing tag with nothing to close stopped the command)."""
+    ds = make_dataset(tmp_path / "d", n=3, masks=False)
+    ids = ds.sample_ids()
+    names = ("ann[/b]@x.org", "[bold]bob@x.org")
+    rows = [Annotation(f"simulated:{k}:{s}", s, who, "simulated", ("grass",) if i else ("tree",), is_gold=i == 0)
+            for k, who in enumerate(names) for i, s in enumerate(ids)]
+    upsert_annotations(ds, rows, source="simulated", actor="test")
+    write_gold(ds, {ids[0]: "grass"}, actor="lead")
+    result = CliRunner(env={"COLUMNS": "250"}).invoke(main, ["agreement", str(ds.root), "--replicates", "5"])
+    assert result.exit_code == 0, result.output
+    assert "ann[/b]@x.org" in result.output and "[bold]bob@x.org" in result.output
+    assert "gold answered wrongly by ann[/b]@x.org" in result.output

@@ -158,3 +158,22 @@ def test_the_stage_reads_runs_and_annotations_and_compare_and_report_show_it(tmp
     assert "drop by who labelled" in cli.output and "class(es) flagged" in cli.output
     with pytest.raises(ValueError, match="no finished evaluation run named nope"):
         annotator_spread(ds.root, None, SpreadSettings(runs=("nope",)), run_name="bad")
+
+
+def test_the_spread_table_prints_annotator_names_as_written():
+    """Annotator names come from a review server: the printed table shows them as written, never as console
+    markup (a closing tag with nothing to close stopped `curate annotator-spread` and `curate compare`)."""
+    import io
+
+    from rich.console import Console
+
+    from curate.cli.annotators import spread_table
+    from curate.runs.annotator_spread import AnnotatorSpreadRun, SpreadModel
+
+    name = "x[/b]@y.org"
+    record = AnnotatorSpreadRun(split_run="split-1", spread=_spread(**{name: {**AGREED_LABELS, "s2": "c", "s4": "b"}}),
+                                models=[SpreadModel("m", "eval-m")], class_names={0: "lion[/i]"}, photos=8)
+    console = Console(file=io.StringIO(), width=300, color_system=None)
+    console.print(spread_table(record))
+    text = console.file.getvalue()
+    assert name in text and "0 lion[/i]" in text and f"flips: {name} a/b -> a/c" in text

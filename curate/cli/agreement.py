@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+from rich.markup import escape
 from rich.table import Table
 
 from curate.cli import StageProgress, main, out, progress, shown
@@ -51,7 +52,7 @@ def agreement_cmd(directory: Path, rule: str, threshold: float | None, replicate
         table.add_column(column, justify="left" if column == "class" else "right")
     for a in run.alpha:
         count = sum(disputed.values()) if a.group == "(all)" else disputed.get(a.group, 0)
-        table.add_row(a.group, num(a.alpha), f"[{num(a.low)}, {num(a.high)}]", str(a.n_photos), str(a.n_pairable),
+        table.add_row(escape(a.group), num(a.alpha), f"[{num(a.low)}, {num(a.high)}]", str(a.n_photos), str(a.n_pairable),
                       str(a.n_annotators), str(count))
     out().print(table)
     out().print("alpha: 1 = the annotators always agree, 0 = no better than chance; — = undefined (no photo with "
@@ -61,7 +62,7 @@ def agreement_cmd(directory: Path, rule: str, threshold: float | None, replicate
     for column in ("annotator A", "annotator B", "common photos", "kappa", "sets agree"):
         kappa.add_column(column, justify="left" if column.startswith("annotator") else "right")
     for k in run.kappa:
-        kappa.add_row(k.a, k.b, str(k.n_common), num(k.kappa), num(k.set_agreement))
+        kappa.add_row(escape(k.a), escape(k.b), str(k.n_common), num(k.kappa), num(k.set_agreement))
     out().print(kappa)
     out().print("kappa: the pair's chance-corrected agreement on primary backgrounds; sets agree: share of their common "
                 "photos whose answer sets intersect", highlight=False)
@@ -69,7 +70,7 @@ def agreement_cmd(directory: Path, rule: str, threshold: float | None, replicate
     for column in ("annotator", "answered", "skipped", "gold accuracy", "agreement with the rest"):
         who.add_column(column, justify="left" if column == "annotator" else "right")
     for a in run.annotators:
-        who.add_row(a.annotator, str(a.answered), str(a.skipped),
+        who.add_row(escape(a.annotator), str(a.answered), str(a.skipped),
                     f"{num(a.gold_accuracy)} ({a.gold_correct}/{a.gold_n})" if a.gold_n else "no gold",
                     f"{num(a.loo_agreement)} ({a.loo_n} photos)")
     out().print(who)
@@ -80,11 +81,12 @@ def agreement_cmd(directory: Path, rule: str, threshold: float | None, replicate
     out().print(f"labels by {run.rule} (threshold {run.threshold:g}): "
                 + ", ".join(f"{s} {counts.get(s, 0)}" for s in STATUSES), highlight=False)
     if run.confused:
-        out().print("most confused (times two annotators gave the pair to one photo): " + ", ".join(f"{c.first}/{c.second} {c.count}" for c in run.confused[:5]),
+        pairs = ", ".join(f"{c.first}/{c.second} {c.count}" for c in run.confused[:5])
+        out().print("most confused (times two annotators gave the pair to one photo): " + escape(pairs),
                     highlight=False)
     for m in run.gold_mistakes[:10]:
-        out().print(f"[yellow]gold answered wrongly[/] by {m.annotator} on {m.sample_id}: "
-                    f"{'/'.join(m.answered)} (gold {'/'.join(m.gold)})")
+        out().print(f"[yellow]gold answered wrongly[/] by {escape(m.annotator)} on {m.sample_id}: "
+                    + escape(f"{'/'.join(m.answered)} (gold {'/'.join(m.gold)})"))
     if len(run.gold_mistakes) > 10:
         out().print(f"... and {len(run.gold_mistakes) - 10} more gold photo(s) answered wrongly (in the run)")
     derived = (f"{run.changed} background(s) of the folder changed" if run.derived

@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+from rich.markup import escape
 from rich.table import Table
 
 from curate.cli import main, out, shown
@@ -66,10 +67,10 @@ def spread_table(record) -> Table:
     the spread and the flips (also what ``curate compare`` prints)."""
     table = Table(title=f"drop by who labelled (points; easy/hard re-derived per labelling by split "
                         f"{record.split_run}; run {record.name})", title_justify="left")
-    for column in ("model", "class", *record.columns, "spread", "flag"):
-        table.add_column(column, justify="left" if column in ("model", "class", "flag") else "right")
+    for column in ("model", "class", *record.columns, "spread", "flag"):  # names from a server: never markup
+        table.add_column(escape(column), justify="left" if column in ("model", "class", "flag") else "right")
     for r in record.rows():
-        table.add_row(r.model, f"{r.class_index} {r.class_name}",
+        table.add_row(escape(r.model), escape(f"{r.class_index} {r.class_name}"),
                       *(pct(r.drops.get(n, float("nan")), 1) for n in record.columns), pct(r.spread, 1),
-                      record.flag_text(r.class_index))
+                      escape(record.flag_text(r.class_index)))
     return table
