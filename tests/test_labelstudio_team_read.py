@@ -33,3 +33,23 @@ def test_an_author_the_server_does_not_name_is_left_out_and_reported(tmp_path):
         assert row is None, (who, row)
         assert len(problems) == 1 and said in problems[0] and "labelstudio:3:5" in problems[0], problems
         assert "not among the server's users" in problems[0] or "no author" in problems[0]
+
+
+def test_the_team_pull_prints_annotator_names_as_written(tmp_path, monkeypatch):
+    """The pull's summary names annotators as the server spells them: never read as console markup (a
+    closing tag with nothing to close stopped the command after the table was written)."""
+    from click.testing import CliRunner
+
+    import curate.review.labelstudio_team as team
+    from curate.cli import main
+    from curate.review.team_report import TeamPullReport
+    from curate.store.annotations import AnnotationUpsert
+
+    ds = make_dataset(tmp_path / "d", n=1, masks=False)
+    name = "ann[/b]@x.org"
+    monkeypatch.setattr(team, "pushed_modes", lambda root, project=None: (True, False))
+    monkeypatch.setattr(team, "pull_team", lambda root, **kw: TeamPullReport(AnnotationUpsert(), answered={name: 1}))
+    result = CliRunner(env={"LABEL_STUDIO_API_KEY": "t", "COLUMNS": "200"}).invoke(
+        main, ["review", "labelstudio", "pull", str(ds.root), "--url", "http://127.0.0.1:9"])
+    assert result.exit_code == 0, result.output
+    assert f"{name}: 1 answered, 0 skipped" in result.output

@@ -290,7 +290,7 @@ def _pull_team(directory: Path, url: str, token: str, project: str | None, dry_r
 
 def _print_team_report(report: Any, directory: Path) -> None:
     """A team pull's summary, its problems, the photos nobody labelled and the next step."""
-    out().print(report.summary(), highlight=False)
+    out().print(report.summary(), highlight=False, markup=False)  # annotator names from the server, as written
     for line in report.problems[:50]:
         out().print(f"  [red]problem[/] {escape(line)}", highlight=False, markup=True)
     if len(report.problems) > 50:
