@@ -40,8 +40,19 @@ services: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check curate tests benchmarks scripts setup.py
 
+# Two pytest-xdist workers (`make test TEST_WORKERS=0` runs serially, for debugging; `pytest -n 0` likewise).
+# --dist loadfile: a module stays in one worker (its module fixtures built once) and tests/xdist_groups.py
+# joins the Label Studio suites (one server) and the Ray suites (one Ray at a time); each worker runs
+# torch on cores / workers threads (tests/conftest.py). 2, not `-n auto`: the budget machine has 2 cores,
+# and each worker starts its own services and imports torch. Measured on a quarter of the modules (19, 323
+# tests, not the demo's or the services'), interleaved, on this loaded 2-core machine (2026-11-28): serial
+# 414 s wall / 75 s CPU (load ~22), -n 2 361 s / 88 s (load ~21); serial 575 s / 80 s (load ~17), -n 2
+# 269 s / 90 s (load ~12). Two workers cost 12-18% more CPU (each imports torch and collects) and paid in
+# wall both times; the suite is CPU-bound on one thread (24 min user CPU for 23.5 min of serial pytest).
+# Not for test-fast: there -n 2 took 48-50 s CPU against 28-31 s, and more wall (238 / 195 s vs 135 / 188 s).
+TEST_WORKERS ?= 2
 test: $(STAMP) services lint
-	$(PY) -m pytest -q -p no:cacheprovider --durations=30 tests
+	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --durations=30 tests
 
 # The fast tier, for the edit loop: the formula-level and small CLI tests of every module, listed in
 # tests/fast_tier.txt (every test module is classified there; tests/conftest.py's --fast runs the

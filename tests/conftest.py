@@ -179,6 +179,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: pytest without xdist does not know it
+def pytest_configure_node(node: Any) -> None:
+    """Hand each worker this process's ``COLUMNS`` (unset: None): a worker starts with ``COLUMNS=80`` (measured,
+    xdist 3.8), which narrows the CLI's tables (curate.cli's console) and cut words tests look for."""
+    node.workerinput["curate_columns"] = os.environ.get("COLUMNS")
+
+
+@pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """``--dist loadfile`` with :data:`xdist_groups.SHARED_MODULE_GROUPS` (the module doc); other modes: xdist's."""
     return group_scheduler(config, log) if config.getvalue("dist") == "loadfile" else None
@@ -193,6 +200,11 @@ def pytest_configure(config: pytest.Config) -> None:
         count = str(worker_threads(workers, os.cpu_count()))
         for name in ("CURATE_TEST_TORCH_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
             os.environ.setdefault(name, count)
+        columns = getattr(config, "workerinput", {}).get("curate_columns", os.environ.get("COLUMNS"))
+        if columns is None:  # the terminal width as where pytest was started (pytest_configure_node)
+            os.environ.pop("COLUMNS", None)
+        else:
+            os.environ["COLUMNS"] = columns
     threads = env_count("CURATE_TEST_TORCH_THREADS")
     if threads is not None:
         torch.set_num_threads(threads)

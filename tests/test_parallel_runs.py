@@ -124,7 +124,7 @@ def probe(name: str) -> None:
     folder = os.environ.get("CURATE_TEST_PROBE_DIR")
     if folder:
         record = {"worker": os.environ.get("PYTEST_XDIST_WORKER"), "threads": threads,
-                  "omp": os.environ.get("OMP_NUM_THREADS"), "pid": os.getpid()}
+                  "omp": os.environ.get("OMP_NUM_THREADS"), "columns": os.environ.get("COLUMNS"), "pid": os.getpid()}
         (Path(folder) / f"{name}.json").write_text(json.dumps(record))
 
 
@@ -148,9 +148,10 @@ def test_probe_d() -> None:
 def test_a_parallel_run_computes_with_each_workers_share_of_the_cores(tmp_path) -> None:
     """Under ``-n 2 --dist loadfile`` the four probes (one module, one worker) run with cores // 2 torch
     threads (at least 1) and that ``OMP_NUM_THREADS`` for the worker's subprocesses; without the
-    conftest's setting each worker took every core (torch's default)."""
+    conftest's setting each worker took every core (torch's default). ``COLUMNS`` is the shell's (unset here):
+    xdist's workers started with 80, which cut the words of CLI tables tests read."""
     env = {key: value for key, value in os.environ.items()  # as from a shell, also when this test runs in a worker
-           if key not in ("CURATE_TEST_TORCH_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+           if key not in ("CURATE_TEST_TORCH_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "COLUMNS")
            and not key.startswith("PYTEST_XDIST_")}
     env["CURATE_TEST_PROBE_DIR"] = str(tmp_path)
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--dist",
@@ -162,3 +163,4 @@ def test_a_parallel_run_computes_with_each_workers_share_of_the_cores(tmp_path) 
     threads = worker_threads(2, os.cpu_count())
     assert {r["threads"] for r in records} == {threads}
     assert {r["omp"] for r in records} == {str(threads)}
+    assert {r["columns"] for r in records} == {None}  # as in the shell: the CLI's tables keep their width
