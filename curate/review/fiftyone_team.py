@@ -40,6 +40,7 @@ from curate.review.labelstudio_team import disputed_photos
 from curate.review.overlap import OverlapPlan, assign_overlap, parse_annotators
 from curate.review.sync import ReviewError
 from curate.review.team_report import TeamPullReport, judge
+from curate.shell import suggest
 from curate.store import Dataset
 from curate.store.annotation_schema import MAX_BACKGROUNDS
 from curate.store.annotations import Annotation, AnnotationUpsert, current_annotations, gold_answers, upsert_annotations
@@ -70,7 +71,8 @@ class FiftyOneTeamResult:
 def _load(fo: Any, ds: Dataset, name: str | None) -> Any:
     fo_name = dataset_name(ds, name)
     if not fo.dataset_exists(fo_name):
-        raise ReviewError(f"no FiftyOne dataset {fo_name!r}: push the folder first (curate review fiftyone {ds.root})")
+        raise ReviewError(f"no FiftyOne dataset {fo_name!r}: push the folder first "
+                          f"({suggest('curate review fiftyone {dir}', dir=ds.root)})")
     return fo.load_dataset(fo_name)
 
 
