@@ -9,6 +9,8 @@ import hashlib
 import secrets
 import threading
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -246,6 +248,18 @@ class _DyingProxy(ThreadingHTTPServer):
 
         super().__init__(("127.0.0.1", 0), Handler)
 
+@contextmanager
+def _serving(proxy: ThreadingHTTPServer) -> Iterator[str]:
+    """``proxy`` served on a daemon thread for the block; yields its base URL, then shuts it down."""
+    thread = threading.Thread(target=proxy.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{proxy.server_address[1]}"
+    finally:
+        proxy.shutdown()
+        proxy.server_close()
+
+
 
 def test_a_server_that_stops_mid_pull_writes_nothing_and_the_next_pull_completes(ls, world, people) -> None:
     from curate.review.sync import ReviewError
@@ -256,27 +270,15 @@ def test_a_server_that_stops_mid_pull_writes_nothing_and_the_next_pull_completes
     for person in people:
         for task in person.tasks(result.projects[person.email]):
             person.annotate(result.projects[person.email], task, [world.backgrounds[0]])
-    proxy = _DyingProxy(ls.url, budget=3)  # users + the first export's calls, then silence
-    thread = threading.Thread(target=proxy.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with _serving(_DyingProxy(ls.url, budget=3)) as url:  # users + the first export's calls, then silence
         with pytest.raises(ReviewError, match="nothing was written: pull again"):
-            _pull(ls, world, url=f"http://127.0.0.1:{proxy.server_address[1]}")
-    finally:
-        proxy.shutdown()
-        proxy.server_close()
+            _pull(ls, world, url=url)
     assert load_annotations(world) == [] and not (world.root / "annotations.parquet").exists()
     Dataset.open(world.root)
     # a token that may not list users: refused, never stored under the server's numeric user ids
-    proxy = _DyingProxy(ls.url, budget=1000, deny="/api/users")
-    thread = threading.Thread(target=proxy.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with _serving(_DyingProxy(ls.url, budget=1000, deny="/api/users")) as url:
         with pytest.raises(ReviewError, match="cannot list the organization's users.*nothing was written"):
-            _pull(ls, world, url=f"http://127.0.0.1:{proxy.server_address[1]}")
-    finally:
-        proxy.shutdown()
-        proxy.server_close()
+            _pull(ls, world, url=url)
     assert not (world.root / "annotations.parquet").exists()
     report = _pull(ls, world)
     assert report.upsert.counts["added"] == sum(len(result.loads) and v for v in result.loads.values())

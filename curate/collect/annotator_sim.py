@@ -56,7 +56,7 @@ from typing import Any
 import numpy as np
 
 from curate.agreement.metrics import mask_iou
-from curate.collect.world_draw import eroded
+from curate.collect.world_draw import dilated, eroded
 
 __all__ = ["KINDS", "DEFAULT_TEAM", "MaskNoise", "SimulatedAnnotator", "SimulatedTeam", "WorldTruth", "confusion_matrix",
            "parse_team", "draw_label", "noisy_mask", "sample_rng", "world_truth", "simulate_annotators", "SOURCE"]
@@ -190,21 +190,10 @@ def draw_label(matrix: np.ndarray, truth: int, rng: np.random.Generator) -> int:
     return int(min(np.searchsorted(np.cumsum(row), rng.random(), side="right"), len(row) - 1))
 
 
-def _dilated(mask: np.ndarray) -> np.ndarray:
-    """3x3 binary dilation (a pixel joins when any of its 8 neighbours is inside; outside the image is outside)."""
-    padded = np.pad(mask, 1, constant_values=False)
-    out = np.zeros_like(mask)
-    h, w = mask.shape
-    for dy in (0, 1, 2):
-        for dx in (0, 1, 2):
-            out |= padded[dy:dy + h, dx:dx + w]
-    return out
-
-
 def _grown(mask: np.ndarray, steps: int) -> np.ndarray:
     out = mask.astype(bool)
     for _ in range(abs(steps)):
-        out = _dilated(out) if steps > 0 else eroded(out)
+        out = dilated(out) if steps > 0 else eroded(out)
     return out
 
 

@@ -171,10 +171,23 @@ def background_texture(size: int, rng: np.random.Generator, kind: str) -> np.nda
 
 def eroded(mask: np.ndarray) -> np.ndarray:
     """3x3 binary erosion (a pixel stays when its 8 neighbours are all inside; borders count as outside)."""
+    return _neighbourhood(mask, grow=False)
+
+
+def dilated(mask: np.ndarray) -> np.ndarray:
+    """3x3 binary dilation (a pixel joins when any of its 8 neighbours is inside; outside the image is outside)."""
+    return _neighbourhood(mask, grow=True)
+
+
+def _neighbourhood(mask: np.ndarray, *, grow: bool) -> np.ndarray:
+    """Any (``grow``) or all (not ``grow``) of each pixel's 3x3 neighbourhood, the image padded with False."""
     padded = np.pad(mask, 1, constant_values=False)
-    out = np.ones_like(mask)
+    out = np.zeros_like(mask) if grow else np.ones_like(mask)
     h, w = mask.shape
     for dy in (0, 1, 2):
         for dx in (0, 1, 2):
-            out &= padded[dy:dy + h, dx:dx + w]
+            if grow:
+                out |= padded[dy:dy + h, dx:dx + w]
+            else:
+                out &= padded[dy:dy + h, dx:dx + w]
     return out
