@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import timeline
 import torch
 from service_fixtures import fo, ls, mongo  # noqa: F401 - shared fixtures, registered once
 from xdist_groups import group_scheduler, worker_threads
@@ -205,6 +206,8 @@ def pytest_configure(config: pytest.Config) -> None:
             os.environ.pop("COLUMNS", None)
         else:
             os.environ["COLUMNS"] = columns
+    if os.environ.get(timeline.ENV):  # record when each test ran, on which worker (tests/timeline.py)
+        config.pluginmanager.register(timeline, "curate-timeline")
     threads = env_count("CURATE_TEST_TORCH_THREADS")
     if threads is not None:
         torch.set_num_threads(threads)
