@@ -214,49 +214,48 @@ def test_ghost_control_by_hand() -> None:
 
 
 def test_fill_control_by_hand() -> None:
-    """Issue 45: the fill control needs no fill. Class 0's hard photos are wrong (originals 0); photos 0 and 1 have a
-    covered swap (nothing filled shows), wrong, and an uncovered one, right (swap 1/2); photos 2 and 3 one uncovered
-    swap, right. B = 3/4; on the photos with both kinds, B over all swaps - B over the covered ones = 1/2 (the fill
-    control), so B covered = 1/4. Class 1: covered and uncovered swaps agree: 0."""
-    def hard(original: int, swap: float, covered: float | None, uncovered: float | None) -> tuple:
-        vals = {"original": original, "swap": swap}
-        vals.update({k: v for k, v in (("swap-covered", covered), ("swap-uncovered", uncovered)) if v is not None})
-        return vals
-
-    first = [(0, "hard", hard(0, 0.5, 0, 1)), (0, "hard", hard(0, 0.5, 0, 1)), (0, "hard", hard(0, 1, None, 1)),
-             (0, "hard", hard(0, 1, None, 1))]
-    second = [(1, "hard", hard(0, 1, 1, 1)), (1, "hard", hard(0, 0, 0, 0)), (1, "hard", hard(0, 1, None, 1)),
-              (1, "hard", hard(0, 0, None, 0))]
-    table = _table(_cell(0, "easy", [1, 1]) + first + _cell(1, "easy", [1, 1]) + second)
-    table.covered = np.array([0, 0, 1, 1, 0, 0, 0, 0, 1, 1, 0, 0])
+    """Issue 45: the fill control is refill - original on each hard photo (its refill: the photo with what its
+    swap shows of the donor's filled hole filled the same way from its own background). Class 0: originals
+    0, 0, 1, 1, swaps 1, 1, 1, 0 (B = 3/4 - 1/2 = 1/4), refills 1, 1/2 (two refills, one right), 1, 0: fill control
+    = mean(1, 1/2, 0, -1) = 1/8, B fill-corrected = 1/4 - 1/8 = 1/8, refilled accuracy 5/8. Class 1: each refill
+    answers as its original does (fill control 0, in every replicate: paired) though the refills' accuracy
+    varies across photos. Class 2 has no refill: undefined, and no part of the overall value."""
+    first = _cell(0, "hard", [0, 0, 1, 1], [1, 1, 1, 0], refill=[1, 0.5, 1, 0])
+    second = _cell(1, "hard", [0, 1, 0, 1], [1, 1, 1, 1], refill=[0, 1, 0, 1])
+    third = _cell(2, "hard", [0, 1], [1, 1])
+    table = _table(_cell(0, "easy", [1, 1]) + first + _cell(1, "easy", [1, 1]) + second + _cell(2, "easy", [1, 0])
+                   + third)
+    table.refills = np.array([0, 0, 1, 2, 1, 1, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0])
     classes, overall, overall_ci, _ = attribute(table, n_boot=300, seed=2)
-    a, b = (c.values for c in classes)
-    assert (a["background_part"], a["fill_bias"], a["background_part_covered"]) == (0.75, 0.5, 0.25)
-    assert a["hard_on_easy_covered"] == 0.0
-    assert (b["background_part"], b["fill_bias"], b["background_part_covered"]) == (0.5, 0.0, 0.5)
-    assert [c.n_covered for c in classes] == [2, 2]
-    assert overall["fill_bias"] == pytest.approx(0.25)
-    assert classes[0].intervals["fill_bias"] == (0.5, 0.5)  # paired: each photo's own swaps, in every replicate
-    one_swap = attribute(_table(_cell(0, "easy", [1, 1]) + [(0, "hard", hard(0, 1, 1, None)),
-                                                            (0, "hard", hard(0, 1, None, 1))]), n_boot=50)[0][0]
-    assert math.isnan(one_swap.values["fill_bias"])  # no photo has both kinds: one swap a photo says nothing
-    assert math.isnan(one_swap.intervals["fill_bias"][0]) and math.isnan(one_swap.values["background_part_covered"])
+    a, b, c = (row.values for row in classes)
+    assert (a["background_part"], a["fill_bias"], a["background_part_fill_corrected"]) == (0.25, 0.125, 0.125)
+    assert a["hard_refilled"] == 0.625
+    assert (b["background_part"], b["fill_bias"], b["background_part_fill_corrected"]) == (0.5, 0.0, 0.5)
+    assert classes[1].intervals["fill_bias"] == (0.0, 0.0)  # paired: each photo against itself, in every replicate
+    assert classes[1].intervals["hard_refilled"][0] < classes[1].intervals["hard_refilled"][1]
+    assert math.isnan(c["fill_bias"]) and math.isnan(c["background_part_fill_corrected"])
+    assert math.isnan(classes[2].intervals["fill_bias"][0]) and c["background_part"] == 0.5
+    assert [row.n_refills for row in classes] == [5, 4, 0]
+    assert overall["fill_bias"] == pytest.approx(0.0625)  # the classes that have it: (1/8 + 0) / 2
+    low, high = overall_ci["fill_bias"]
+    assert low <= 0.0625 <= high and high > low
 
 
-def test_photo_table_counts_covered_swaps_under_the_bound() -> None:
-    rows = [{"sample_id": "o", "variant": "original", "source_sample_id": "a", "class_index": 0, "group": "hard"}]
-    correct = {"o": False}
-    for i, (uncovered, ok) in enumerate(((0.05, True), (0.2, False), (0.5, True), (None, True))):
-        rows.append({"sample_id": f"s{i}", "variant": "swap", "source_sample_id": "a", "class_index": 0,
-                     "group": "hard", "uncovered": uncovered})
-        correct[f"s{i}"] = ok
-    covered, uncovered = COLUMNS.index("swap-covered"), COLUMNS.index("swap-uncovered")
-    table = photo_table(rows, correct, covered_below=0.2)
-    assert table.values[0, covered] == 0.5 and table.values[0, uncovered] == 1.0
-    assert list(table.covered) == [2] and table.covered_swaps(0) == 2
-    tight = photo_table(rows, correct, covered_below=0.1)
-    assert tight.values[0, covered] == 1.0 and tight.values[0, uncovered] == 0.5 and list(tight.covered) == [1]
-    assert math.isnan(photo_table(rows, correct, covered_below=0.01).values[0, covered])
+def test_photo_table_averages_a_photos_refills_and_counts_them() -> None:
+    """Issue 45: one refill per scored swap; a photo's refill value is the share of its refills answered right."""
+    rows = [{"sample_id": "o", "variant": "original", "source_sample_id": "a", "class_index": 0, "group": "hard"},
+            {"sample_id": "q", "variant": "original", "source_sample_id": "b", "class_index": 0, "group": "hard"}]
+    correct = {"o": False, "q": True}
+    for i, ok in enumerate((True, False, True)):
+        rows.append({"sample_id": f"r{i}", "variant": "refill", "source_sample_id": "a", "class_index": 0,
+                     "group": "hard", "k": i, "uncovered": 0.3})
+        correct[f"r{i}"] = ok
+    rows.append({"sample_id": "unscored", "variant": "refill", "source_sample_id": "b", "class_index": 0,
+                 "group": "hard", "k": 0})
+    table = photo_table(rows, correct)
+    refill = COLUMNS.index("refill")
+    assert table.values[0, refill] == pytest.approx(2 / 3) and math.isnan(table.values[1, refill])
+    assert list(table.refills) == [3, 0] and table.refills_of(0) == 3 and table.refills_of(0, "easy") == 0
 
 
 # --------------------------------------------------------------------------- photo_table()
@@ -356,6 +355,35 @@ def test_attribution_run_round_trip(tmp_path) -> None:
     assert saved["models"][0]["overall"]["rfs"]["value"] is None  # NaN is written as null, not as NaN
     with pytest.raises(RunError, match="not 'intervene'"):
         InterventionRun.load(run_dir)
+
+
+def test_a_version_1_attribution_record_loads_with_its_old_fill_control_left_out(tmp_path) -> None:
+    """Issue 45: a version 1 record's fill_bias was B over all swaps - B over covered ones, another statistic under
+    the same name: it reads undefined (with its part of a flag and the ``covered_below`` setting) and the rest as
+    written; a version 2 record keeps its fill control."""
+    row = ClassRow(0, "class0", 4, 4, {"background_part": 0.25, "fill_bias": 0.125, "background_part_covered": 0.125,
+                                       "hard_on_easy_covered": 0.5, "ghost_bias": 0.1},
+                   {"fill_bias": (0.1, 0.2), "background_part": (0.1, 0.4)},
+                   flag="ghost control: the donors' filled holes move B by +10.0 points (> 5); B without the ghost is "
+                        "+15.0; fill control: the swaps' visible fill moves B by +12.5 points (> 5, interval +10.0 to "
+                        "+20.0); B covered (uncovered <= 0.2) is +12.5")
+    model = ModelAttribution("a", "model-a", "id-a", "timm", "imagenet", 0.001, {"fill_bias": 0.125,
+                                                                               "background_part": 0.25},
+                             {"fill_bias": (0.1, 0.2)}, 1, (row,))
+    record = AttributionRun(intervention={"run": "intervene"}, models=[model],
+                            settings={"n_boot": 100, "control_threshold": 0.05, "covered_below": 0.2})
+    run_dir = record.write(tmp_path / "runs" / "attribution")
+    assert AttributionRun.load(run_dir).models[0].value("fill_bias") == 0.125  # version 2: as written
+    config = json.loads((run_dir / "config.json").read_text())
+    (run_dir / "config.json").write_text(json.dumps({**config, "record_version": 1}))
+    old = AttributionRun.load(run_dir)
+    loaded, kept = old.models[0], old.models[0].classes[0]
+    assert math.isnan(loaded.value("fill_bias")) and math.isnan(kept.values.get("fill_bias", math.nan))
+    assert not {"fill_bias", "background_part_covered", "hard_on_easy_covered"} & set(kept.values)
+    assert loaded.value("background_part") == 0.25 and kept.values["ghost_bias"] == 0.1
+    assert kept.flag.startswith("ghost control:") and "B without the ghost is +15.0" in kept.flag
+    assert "fill control" not in kept.flag and "covered" not in kept.flag and "covered_below" not in old.settings
+    assert "fill control" in old.markdown()  # the column is there, undefined
 
 
 def _variant_rows() -> list[dict]:

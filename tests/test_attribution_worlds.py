@@ -68,7 +68,7 @@ def _inside(value: float, interval: tuple[float, float], slack: float = 0.0) -> 
 
 
 def _fill_clean(model) -> bool:
-    """The fill control (issue 45) flags no class (with one swap a photo it is empty, docs/interventions.md)."""
+    """The fill control (issue 45: refill - original) flags no class (docs/interventions.md#the-fill-control)."""
     return not any("fill control" in c.flag for c in model.classes)
 
 
@@ -91,7 +91,7 @@ def test_background_world_the_background_explains_the_drop_through_the_cli(demo_
     assert model.interval("drop")[0] > 0.3  # the shortcut model loses a lot on hard backgrounds
     assert b > 0.85 * drop and abs(rest) < 0.08 and _inside(0.0, model.interval("rest"), 0.02)
     assert abs(model.value("paste_cost")) < 0.05  # pasting an object back costs it (almost) nothing
-    assert model.n_covered > 0 and _fill_clean(model)  # covered swaps counted; one swap a photo: nothing to flag
+    assert model.n_refills > 0 and _fill_clean(model)  # a refill a hard swap; the tiled hole does not show here
     write_truth(world, Path("iv"), Path("truth"))
     truth = _decompose(Path("truth"), _weights(demo_dir, "p0.9")).models[0]
     assert truth.value("drop") == pytest.approx(drop)  # the same originals, scored by the same model

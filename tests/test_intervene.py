@@ -24,7 +24,7 @@ from PIL import Image
 from curate.cli import main
 from curate.collect.synthetic import DEFAULT_CLASSES, WorldSpec, assign_truth_groups, collect_synthetic
 from curate.interventions.image_ops import box_hole, fill_hole, gaussian_noise, hole_margin, object_hole
-from curate.interventions.plan import GHOST_VARIANTS, variant_rng
+from curate.interventions.plan import GHOST_VARIANTS, SWAP_CONTROLS, variant_rng
 from curate.licenses import derivative_licence, normalize_license
 from curate.runs.attribution import AttributionRun
 from curate.runs.base import RunError
@@ -107,9 +107,9 @@ def test_cli_intervene_with_relative_paths(world, tmp_path, monkeypatch) -> None
     assert record.source["root"] == str((tmp_path / "world").resolve())
     rows = record.rows()
     variants = Counter(r["variant"] for r in rows)
-    assert set(variants) == {"original", *OWN.split(","), *GHOST_VARIANTS} and variants["original"] == expected
+    assert set(variants) == {"original", *OWN.split(","), *SWAP_CONTROLS} and variants["original"] == expected
     hard_swaps = sum(1 for r in rows if r["variant"] == "swap" and r["group"] == "hard")
-    assert all(variants[v] == hard_swaps for v in GHOST_VARIANTS)  # the ghost control of every hard swap
+    assert all(variants[v] == hard_swaps for v in SWAP_CONTROLS)  # the ghost and fill controls of every hard swap
     assert all(variants[v] == expected for v in ("paste", "only-fg", "no-fg", "only-bg", "noise-fg", "noise-bg"))
     out = Dataset.open("out")
     assert not check_dataset("out")
@@ -131,10 +131,13 @@ def test_cli_intervene_with_relative_paths(world, tmp_path, monkeypatch) -> None
             assert row["license"] == normalize_license(src["license"]) == mine["license"]
             continue
         donor = source[row["donor_sample_id"]]
-        assert row["variant"] in ("swap", *GHOST_VARIANTS) and donor["class_index"] == src["class_index"]
+        assert row["variant"] in ("swap", *SWAP_CONTROLS) and donor["class_index"] == src["class_index"]
         assert 0.0 <= row["uncovered"] <= 1.0
         assert donor["group"] == ("hard" if src["group"] == "easy" else "easy") == row["donor_group"]
         both = (normalize_license(src["license"]), normalize_license(donor["license"]))
+        if row["variant"] == "refill":  # the photo's own pixels only: its licence, no donor in its metadata
+            assert row["license"] == both[0] == mine["license"] and "donor_sample_id" not in mine["extra"]
+            continue
         # the ghost shows the donor's pixels only; every other donor image both photos' (the stricter licence)
         assert row["license"] == (both[1] if row["variant"] == "ghost" else derivative_licence(both)) == mine["license"]
         extra = json.loads(mine["extra"])
@@ -200,6 +203,10 @@ def test_geometry_of_each_variant(made) -> None:
             assert keep.any() and np.array_equal(image[keep], donor[keep])
             assert row["filled_fraction"] == pytest.approx(float((donor_hole & ~mask).mean()))
             assert row["uncovered"] == pytest.approx(float((donor_hole & ~mask).sum() / donor_hole.sum()))
+        if variant == "refill":  # the photo itself, changed only where its swap shows the donor's filled hole
+            donor_mask = _mask(src, row["donor_sample_id"])
+            shown = object_hole(donor_mask, hole_margin(donor_mask.shape, 0.02)) & ~mask
+            assert not ((image != original).any(axis=2) & ~shown).any() and row["group"] == "hard"
         if variant in GHOST_VARIANTS:  # on the swap's donor, its hole filled as in the swap (boxed: unghosted)
             assert row["group"] == "hard"
             donor, donor_mask = _pixels(src, row["donor_sample_id"]), _mask(src, row["donor_sample_id"])
@@ -227,7 +234,7 @@ def test_geometry_of_each_variant(made) -> None:
             assert np.array_equal(image[~mask], original[~mask]) and not np.array_equal(image[mask], original[mask])
         elif variant == "noise-bg":
             assert not np.array_equal(image[~mask], original[~mask])
-    assert set(seen) == set(OWN.split(",")) | set(GHOST_VARIANTS)
+    assert set(seen) == set(OWN.split(",")) | set(SWAP_CONTROLS)
 
 
 def test_noise_pair_shares_one_noise_field(made) -> None:
@@ -538,23 +545,28 @@ FILL_CLASS = DEFAULT_CLASSES[1].imagenet_index  # its hard objects are right on 
 
 def test_cli_attribution_fill_control_flags_a_fill_both_fills_carry_and_the_ghost_control_cannot_see(tmp_path,
                                                                                                    monkeypatch) -> None:
-    """Issue 45: B over a photo's covered swaps (almost nothing filled shows) beside B over all its swaps (three
-    donors a photo). FILL_CLASS's hard objects are wrong, and right on exactly the swaps whose donor hole shows
-    (uncovered above the bound), with the hole filled or boxed alike: the ghost control (filled against boxed)
-    reads 0, the fill control reads what the fill adds."""
+    """Issue 45: each hard swap brings a refill, the hard photo itself with what the swap shows of the donor's
+    filled hole filled from its own background. FILL_CLASS's hard objects are wrong, and right on exactly the
+    images where a large part of a donor's hole shows filled (uncovered above the median), swap or refill, filled
+    or boxed alike: the ghost control (filled against boxed) reads 0, the fill control (refill - original) reads
+    what the fill adds, and B fill-corrected = B - fill control."""
     ds = collect_synthetic(tmp_path / "w", WorldSpec(classes=DEFAULT_CLASSES[:2], per_class=24, p=0.5, seed=1,
                                                      image_size=32))
     assign_truth_groups(ds)
     intervene(ds, tmp_path / "out", InterveneSettings(variants="swap", swaps=3))
     rows = InterventionRun.of_folder(tmp_path / "out").rows()
-    shares = sorted(r["uncovered"] for r in rows if r["variant"] == "swap" and r["group"] == "hard"
-                    and r["class_index"] == FILL_CLASS)
+    hard = [r for r in rows if r["group"] == "hard" and r["class_index"] == FILL_CLASS]
+    shares = sorted(r["uncovered"] for r in hard if r["variant"] == "swap")
+    refills = sorted((r["source_sample_id"], r["k"], r["uncovered"]) for r in hard if r["variant"] == "refill")
+    assert refills == sorted((r["source_sample_id"], r["k"], r["uncovered"]) for r in hard if r["variant"] == "swap")
     bound = float(np.median(shares))
     assert sum(u <= bound for u in shares) >= 4 and sum(u > bound for u in shares) >= 4
 
     def fill_reader(row: dict) -> bool:
         if row["variant"] == "original":
             return row["group"] == "easy"
+        if row["variant"] == "refill":  # the other class answers on its refills as on its originals (wrong)
+            return row["class_index"] == FILL_CLASS and row["uncovered"] > bound
         if row["variant"] in ("swap", "swap-unghosted") and row["group"] == "hard":
             return row["class_index"] != FILL_CLASS or row["uncovered"] > bound
         return row["variant"] not in ("ghost", "ghost-neutral")
@@ -562,25 +574,68 @@ def test_cli_attribution_fill_control_flags_a_fill_both_fills_carry_and_the_ghos
     _write_eval(tmp_path / "out", "filly", fill_reader)
     monkeypatch.chdir(tmp_path)
     result = CliRunner(env={"COLUMNS": "300"}).invoke(main, ["-q", "attribution", "out", "--bootstrap", "200",
-                                                             "--classes", "--covered-below", f"{bound:.6f}",
-                                                             "--run-name", "a"])
+                                                             "--classes", "--run-name", "a"])
     assert result.exit_code == 0, result.output
-    assert "fill control" in result.output and "B covered" in result.output and "covered n" in result.output
+    assert "fill control" in result.output and "B fill-corrected" in result.output and "refills n" in result.output
     model = AttributionRun.load(tmp_path / "out" / "runs" / "a").model("filly")
-    covered = sum(u <= float(f"{bound:.6f}") for u in shares)
+    shown = sum(u > bound for u in shares) / len(shares)
     for row in model.classes:
+        assert row.n_refills == sum(r["variant"] == "refill" and r["class_index"] == row.class_index
+                                    and r["group"] == "hard" for r in rows)
         if row.class_index == FILL_CLASS:
-            assert row.n_covered == covered and row.values["hard_on_easy_covered"] == 0.0
-            assert row.values["fill_bias"] > 0.2 and row.intervals["fill_bias"][0] > 0 and row.values["ghost_bias"] == 0
-            assert row.values["background_part_covered"] == pytest.approx(row.values["background_part"]
-                                                                          - row.values["fill_bias"], abs=1e-5)
-            assert "fill control: the swaps' visible fill moves B by" in row.flag and "ghost control" not in row.flag
+            assert row.values["fill_bias"] == pytest.approx(shown, abs=0.15) and row.intervals["fill_bias"][0] > 0
+            assert row.values["ghost_bias"] == 0 and row.values["hard_refilled"] == pytest.approx(row.values["fill_bias"])
+            assert row.values["background_part_fill_corrected"] == pytest.approx(row.values["background_part"]
+                                                                                 - row.values["fill_bias"], abs=1e-5)
+            assert abs(row.values["background_part_fill_corrected"]) < 0.1  # what is left of B: nothing
+            assert "fill control: filling what the swaps show" in row.flag and "ghost control" not in row.flag
         else:
             assert row.values["fill_bias"] == 0.0 and row.flag == ""
     assert f"flagged filly {FILL_CLASS} " in result.output
     assert "fill_bias,fill_bias_low" in (tmp_path / "out" / "runs" / "a" / "attribution.csv").read_text()
-    assert ",n_covered," in (tmp_path / "out" / "runs" / "a" / "attribution.csv").read_text()
+    assert ",n_refills," in (tmp_path / "out" / "runs" / "a" / "attribution.csv").read_text()
     assert "fill control" in (tmp_path / "out" / "runs" / "a" / "attribution.md").read_text()
+    gone = CliRunner().invoke(main, ["-q", "attribution", "out", "--covered-below", "0.2", "--run-name", "b"])
+    assert gone.exit_code == 2 and "No such option '--covered-below'" in gone.output
+
+
+@pytest.mark.parametrize("fill", ["tile", "box-tile"])
+def test_a_refill_is_the_photo_with_what_its_swap_shows_of_the_donors_fill_filled_from_its_own_background(
+        tmp_path, fill) -> None:
+    """Issue 45: refill = the hard photo, except on R = F & ~mask (F: the swap donor's filled region, its hole or
+    for a box fill the hole's box), which holds the photo filled by the same fill over F and its own hole. R is
+    exactly the part of the swap that shows the donor's fill; the refill shows only the photo's pixels (its licence
+    and background are the photo's), one per hard swap and none for an easy photo's swap."""
+    ds = collect_synthetic(tmp_path / "w", WorldSpec(classes=DEFAULT_CLASSES[:2], per_class=8, p=0.5, seed=2,
+                                                     image_size=32, vignette=0.6))
+    assign_truth_groups(ds)
+    intervene(ds, tmp_path / "out", InterveneSettings(variants="swap", swaps=2, fill=fill))
+    source = {r["sample_id"]: r for r in ds.rows()}
+    out = Dataset.open(tmp_path / "out")
+    images = {r["sample_id"]: r for r in out.rows()}
+    table = InterventionRun.of_folder(tmp_path / "out").rows()
+    swaps = {(r["source_sample_id"], r["k"]): r for r in table if r["variant"] == "swap"}
+    refills = [r for r in table if r["variant"] == "refill"]
+    assert len(refills) == sum(r["group"] == "hard" for r in swaps.values()) > 0
+    for refill in refills:
+        swap, photo = swaps[refill["source_sample_id"], refill["k"]], source[refill["source_sample_id"]]
+        donor = source[refill["donor_sample_id"]]
+        assert donor["sample_id"] == swap["donor_sample_id"] and refill["uncovered"] == swap["uncovered"]
+        image = np.asarray(Image.open(ds.image_path(photo)).convert("RGB"))
+        mask, donor_mask = ds.load_mask(photo).astype(bool), ds.load_mask(donor).astype(bool)
+        own, hole = (object_hole(m, hole_margin(m.shape, 0.02)) for m in (mask, donor_mask))
+        shown = box_hole(hole) if fill.startswith("box-") else hole
+        region = shown & ~mask
+        filled = fill_hole(image, shown | own, "tile").image
+        expected = np.where(region[..., None], filled, image)
+        made = np.asarray(Image.open(out.image_path(images[refill["sample_id"]])).convert("RGB"))
+        assert np.array_equal(made, expected)
+        swapped = np.asarray(Image.open(out.image_path(images[swap["sample_id"]])).convert("RGB"))
+        donor_filled = fill_hole(np.asarray(Image.open(ds.image_path(donor)).convert("RGB")), hole, fill).image
+        assert np.array_equal(swapped[region], donor_filled[region])  # R shows the donor's fill in the swap
+        assert refill["filled_fraction"] == pytest.approx(region.mean()) and refill["fill"].startswith(fill)
+        assert refill["license"] == normalize_license(photo["license"]) and refill["background"] == photo["background"]
+        assert images[refill["sample_id"]]["attribution"] == photo["attribution"]
 
 
 def test_attribution_of_one_named_run(folder) -> None:

@@ -436,5 +436,5 @@ def test_cover_match_prefers_the_donor_whose_hole_the_object_covers_and_the_cap_
 
 
 def test_a_swap_brings_its_ghost_control() -> None:
-    assert parse_variants("swap") == ("original", "swap", "ghost", "ghost-neutral", "swap-unghosted")
+    assert parse_variants("swap") == ("original", "swap", "ghost", "ghost-neutral", "swap-unghosted", "refill")
     assert parse_variants("paste") == ("original", "paste")

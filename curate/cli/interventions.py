@@ -7,7 +7,6 @@ import click
 
 from curate.cli import StageProgress, main, out, progress, shown
 from curate.cli.options import UserPath
-from curate.interventions.attribution import COVERED_BELOW
 from curate.interventions.image_ops import FILLS
 from curate.interventions.plan import MATCHES, VARIANTS
 from curate.shell import suggest
@@ -93,16 +92,13 @@ def intervene_cmd(directory: Path, out_dir: Path, split_run: str | None, variant
 @click.option("--control-threshold", type=float, default=0.05, show_default=True,
               help="Flag a class whose paste control loses, or whose ghost or fill control moves B by, more than "
                    "this (a fraction: 0.05 = 5 points; the fill control also needs its interval clear of 0).")
-@click.option("--covered-below", type=float, default=COVERED_BELOW, show_default=True,
-              help="The fill control: a swap whose donor hole the object leaves at most this share of (0-1) is "
-                   "covered; B over a photo's covered swaps beside B over all its swaps (needs intervene --swaps 2+).")
 @click.option("--classes", "show_classes", is_flag=True, help="Also print the per-class table of each model.")
 @click.option("--run-name", default=None,
               help="Run folder name under DIR/runs/ (default: attribution-<intervention>-<UTC time>).")
 @click.option("--overwrite", is_flag=True, help="Replace a finished run of that name (refused otherwise; an "
               "unfinished one, without config.json, is replaced anyway).")
 def attribution_cmd(directory: Path, runs: str | None, intervention: str | None, n_boot: int, seed: int,
-                    control_threshold: float, covered_below: float, show_classes: bool, run_name: str | None,
+                    control_threshold: float, show_classes: bool, run_name: str | None,
                     overwrite: bool) -> None:
     """Split each model's drop on an intervention folder into the background's part and the rest."""
     from rich.table import Table
@@ -111,7 +107,7 @@ def attribution_cmd(directory: Path, runs: str | None, intervention: str | None,
     from curate.stages.attribution import AttributionSettings, attribution
 
     settings = AttributionSettings(intervention=intervention, n_boot=n_boot, seed=seed,
-                                   control_threshold=control_threshold, covered_below=covered_below)
+                                   control_threshold=control_threshold)
     names = [r.strip() for r in runs.split(",") if r.strip()] if runs else None
     with progress() as bar:
         record = attribution(directory, names, settings, run_name=run_name, overwrite=overwrite,

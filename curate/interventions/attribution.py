@@ -24,15 +24,16 @@ object is right on every background of the set, else 0. Within a class c:
   donor's object is left; ``background_part_unghosted`` = hard_on_easy_unghosted - hard, the B
   that remains without the ghost; ``ghost_bias`` = B - background_part_unghosted, what the
   filled hole's outline adds to B (paired: the same photos and donors);
-- the fill control, a control that needs no fill, over c's hard photos that have *both* a covered
-  swap (its ``uncovered`` share of the donor's hole, |hole_d & ~mask_p| / |hole_d|, at most
-  ``covered_below``: almost nothing filled shows) and one that is not (``--swaps`` >= 2):
-  ``fill_bias`` = mean over those photos of swap(p) - swap-covered(p), B over all of a photo's
-  swaps minus B over its covered ones, the same object on both sides, so it is what the visible
-  fill (whatever the fill, boxed or not) adds to B; ``hard_on_easy_covered`` = mean of
-  swap-covered(p) over the same photos; ``background_part_covered`` = B - fill_bias, B as if every
-  swap were covered. ``n_covered`` counts the class's covered swaps; with one swap a photo no photo
-  has both and the control is NaN (docs/interventions.md#the-fill-control);
+- the fill control, over c's hard photos, on the donors of their swaps (docs/interventions.md#the-fill-control):
+  a swap of hard photo h on donor d shows R = F_d & ~mask_h of the donor's fill (F_d its filled
+  hole, or the hole's box for a ``box-`` fill); ``refill`` is h itself with R filled the same way
+  from h's own background, so refill and original differ only by R being filled rather than real.
+  ``hard_refilled`` = mean of refill(p) (p's refills, one per scored swap, averaged);
+  ``fill_bias`` = mean over the photos with a refill of refill(p) - original(p), what filling the
+  region the swap shows of the donor's hole adds to a hard photo's accuracy (paired: the same photo
+  on both sides); ``background_part_fill_corrected`` = B - fill_bias, B with that part taken out.
+  ``n_refills`` counts the class's scored refills. It needs no truth and no covered donors, only
+  the fill itself; NaN where no refill was made (an intervention without swaps, exact counterfactuals);
 - ``only_fg``, ``no_fg``, ``only_bg``, ``mixed_same``, ``mixed_rand``, ``mixed_next``: mean over
   c's photos (both groups pooled); ``bg_gap`` = mixed_same - mixed_rand (Xiao et al. 2020, §3);
 - ``noisy_fg`` / ``noisy_bg``: accuracy with Gaussian noise on the object / on the rest, and
@@ -65,17 +66,15 @@ import numpy as np
 from curate.metrics.bootstrap import allowed_or_nan
 from curate.runs.attribution import STATISTICS
 
-__all__ = ["COLUMNS", "STATISTICS", "DECOMPOSITION", "COVERED_BELOW", "COVERED_STATISTICS", "PhotoTable", "ClassAttribution", "photo_table", "attribute",
-           "rfs"]
+__all__ = ["COLUMNS", "STATISTICS", "DECOMPOSITION", "FILL_STATISTICS", "PhotoTable", "ClassAttribution",
+           "photo_table", "attribute", "rfs"]
 
 #: Per-photo value columns (variants), in order.
 COLUMNS: tuple[str, ...] = ("original", "swap", "paste", "only-fg", "no-fg", "only-bg", "mixed-same", "mixed-rand",
                             "mixed-next", "noise-fg", "noise-bg", "adversarial", "ghost", "ghost-neutral",
-                            "swap-unghosted", "swap-covered", "swap-uncovered")
-#: The default bound on a covered swap's uncovered share of the donor's hole (the fill control).
-COVERED_BELOW = 0.2
-#: Statistics of the fill control: their intervals rest on the covered photos alone.
-COVERED_STATISTICS: tuple[str, ...] = ("hard_on_easy_covered", "background_part_covered", "fill_bias")
+                            "swap-unghosted", "refill")
+#: Statistics of the fill control: their intervals rest on the photos with a refill alone.
+FILL_STATISTICS: tuple[str, ...] = ("hard_refilled", "fill_bias", "background_part_fill_corrected")
 #: Statistics whose overall value is taken over the classes where all three are defined.
 DECOMPOSITION: tuple[str, ...] = ("drop", "background_part", "rest")
 _COL = {name: i for i, name in enumerate(COLUMNS)}
@@ -87,33 +86,31 @@ _POOLED = {"only_fg": "only-fg", "no_fg": "no-fg", "only_bg": "only-bg", "mixed_
 @dataclass
 class PhotoTable:
     """Per photo: id, class, group, one value per :data:`COLUMNS` (NaN: no such image scored) and
-    the number of its scored swaps that are covered (the fill control; None: zero for every photo)."""
+    the number of its scored refills (the fill control; None: zero for every photo)."""
 
     photo_ids: list[str]
     classes: np.ndarray  # (n,) int
     groups: np.ndarray  # (n,) object: "easy" | "hard"
     values: np.ndarray  # (n, len(COLUMNS)) float
-    covered: np.ndarray | None = None  # (n,) int
+    refills: np.ndarray | None = None  # (n,) int
 
-    def covered_swaps(self, class_index: int, group: str = "hard") -> int:
-        """How many scored swaps of one (class, group) cell are covered."""
-        if self.covered is None:
+    def refills_of(self, class_index: int, group: str = "hard") -> int:
+        """How many scored refills one (class, group) cell has."""
+        if self.refills is None:
             return 0
-        return int(self.covered[(self.classes == class_index) & (self.groups == group)].sum())
+        return int(self.refills[(self.classes == class_index) & (self.groups == group)].sum())
 
     def cell(self, class_index: int, group: str) -> np.ndarray:
         """The value rows of one (class, group) cell."""
         return self.values[(self.classes == class_index) & (self.groups == group)]
 
 
-def photo_table(variant_rows: Sequence[Mapping[str, Any]], correct: Mapping[str, bool], *,
-                covered_below: float = COVERED_BELOW) -> PhotoTable:
+def photo_table(variant_rows: Sequence[Mapping[str, Any]], correct: Mapping[str, bool]) -> PhotoTable:
     """Join an intervention's variants table with one evaluation's top-1 correctness.
 
     Images the evaluation did not score (a decode failure, a variant made later) are left out;
     a photo whose original was not scored is left out entirely (every difference is taken
-    against it). A ``swap`` whose ``uncovered`` share is at most ``covered_below`` also counts as
-    ``swap-covered``, one above it as ``swap-uncovered`` (the fill control)."""
+    against it)."""
     per_photo: dict[str, dict[str, list[bool]]] = {}
     meta: dict[str, tuple[int, str]] = {}
     for row in variant_rows:
@@ -122,10 +119,6 @@ def photo_table(variant_rows: Sequence[Mapping[str, Any]], correct: Mapping[str,
             continue
         photo = str(row["source_sample_id"])
         per_photo.setdefault(photo, {}).setdefault(str(row["variant"]), []).append(bool(correct[sid]))
-        uncovered = row.get("uncovered")
-        if row["variant"] == "swap" and uncovered is not None and math.isfinite(float(uncovered)):
-            kind = "swap-covered" if float(uncovered) <= covered_below else "swap-uncovered"
-            per_photo[photo].setdefault(kind, []).append(bool(correct[sid]))
         meta[photo] = (int(row["class_index"]), str(row["group"]))
     ids = sorted(p for p, variants in per_photo.items() if "original" in variants)
     values = np.full((len(ids), len(COLUMNS)), np.nan)
@@ -134,7 +127,7 @@ def photo_table(variant_rows: Sequence[Mapping[str, Any]], correct: Mapping[str,
             values[i, _COL[variant]] = float(all(outcomes)) if variant == "adversarial" else float(np.mean(outcomes))
     return PhotoTable(ids, np.array([meta[p][0] for p in ids], dtype=np.int64),
                       np.array([meta[p][1] for p in ids], dtype=object), values,
-                      np.array([len(per_photo[p].get("swap-covered", ())) for p in ids], dtype=np.int64))
+                      np.array([len(per_photo[p].get("refill", ())) for p in ids], dtype=np.int64))
 
 
 def rfs(noisy_bg: float, noisy_fg: float) -> float:
@@ -184,11 +177,9 @@ def _class_stats(easy: np.ndarray, hard: np.ndarray) -> dict[str, np.ndarray]:
     s["hard_on_easy_unghosted"] = _mean(hard, "swap-unghosted")
     s["background_part_unghosted"] = s["hard_on_easy_unghosted"] - s["hard"]
     s["ghost_bias"] = s["background_part"] - s["background_part_unghosted"]
-    has_both = np.isfinite(hard[..., _COL["swap-covered"]]) & np.isfinite(hard[..., _COL["swap-uncovered"]])
-    both_kinds = np.where(has_both[..., None], hard, np.nan)  # photos with a covered swap and another one
-    s["hard_on_easy_covered"] = _mean(both_kinds, "swap-covered")
-    s["fill_bias"] = _paired(both_kinds, "swap", "swap-covered")
-    s["background_part_covered"] = s["background_part"] - s["fill_bias"]
+    s["hard_refilled"] = _mean(hard, "refill")
+    s["fill_bias"] = _paired(hard, "refill", "original")
+    s["background_part_fill_corrected"] = s["background_part"] - s["fill_bias"]
     s["bg_gap"] = s["mixed_same"] - s["mixed_rand"]
     a = (s["noisy_bg"] + s["noisy_fg"]) / 2
     room = 2 * np.minimum(a, 1 - a)
@@ -207,7 +198,7 @@ class ClassAttribution:
     values: dict[str, float]
     intervals: dict[str, tuple[float, float]]
     reason: str = ""
-    n_covered: int = 0  # covered swaps of its hard photos (the fill control)
+    n_refills: int = 0  # scored refills of its hard photos (the fill control)
 
 
 def _reason(n_easy: int, n_hard: int, values: Mapping[str, float]) -> str:
@@ -251,12 +242,12 @@ def attribute(table: PhotoTable, *, n_boot: int = 1000, seed: int = 0, level: fl
     boot = {c: {k: np.concatenate(v) if v else np.full(0, np.nan) for k, v in replicates[c].items()} for c in classes}
     for c in classes:
         n_easy, n_hard = len(cells[c, "easy"]), len(cells[c, "hard"])
-        sizes = {k: [n_easy, n_hard] + ([_covered_photos(cells[c, "hard"])] if k in COVERED_STATISTICS else [])
+        sizes = {k: [n_easy, n_hard] + ([_refilled_photos(cells[c, "hard"])] if k in FILL_STATISTICS else [])
                  for k in STATISTICS}
         per_class.append(ClassAttribution(c, n_easy, n_hard, point[c],  # the interval rule: curate.metrics.bootstrap
                                           {k: allowed_or_nan(_interval(boot[c][k], level), sizes[k])
                                            for k in STATISTICS},
-                                          _reason(n_easy, n_hard, point[c]), table.covered_swaps(c)))
+                                          _reason(n_easy, n_hard, point[c]), table.refills_of(c)))
     decomposed = [c for c in classes if all(math.isfinite(point[c][k]) for k in DECOMPOSITION)]
     overall: dict[str, float] = {}
     overall_ci: dict[str, tuple[float, float]] = {}
@@ -272,14 +263,14 @@ def attribute(table: PhotoTable, *, n_boot: int = 1000, seed: int = 0, level: fl
             overall_ci[k] = allowed_or_nan(_interval(np.nanmean(np.where(np.isfinite(stacked), stacked, np.nan), axis=0)
                                                      if stacked.size else np.full(0, np.nan), level),
                                            [len(cells[c, g]) for c in use for g in ("easy", "hard")]
-                                           + ([sum(_covered_photos(cells[c, "hard"]) for c in use)]
-                                              if k in COVERED_STATISTICS else []))
+                                           + ([sum(_refilled_photos(cells[c, "hard"]) for c in use)]
+                                              if k in FILL_STATISTICS else []))
     return per_class, overall, overall_ci, len(decomposed)
 
 
-def _covered_photos(rows: np.ndarray) -> int:
-    """How many photos of a cell have both a scored covered swap and one that is not (the fill control)."""
-    return int((np.isfinite(rows[:, _COL["swap-covered"]]) & np.isfinite(rows[:, _COL["swap-uncovered"]])).sum())
+def _refilled_photos(rows: np.ndarray) -> int:
+    """How many photos of a cell have a scored refill (the fill control)."""
+    return int(np.isfinite(rows[:, _COL["refill"]]).sum())
 
 
 def _interval(values: np.ndarray, level: float) -> tuple[float, float]:

@@ -23,6 +23,8 @@ and its ImageNet-9 variants; Singla & Feizi 2022 and Moayeri et al. 2022 for the
 ``ghost-neutral`` ... with the hard object's mask filled with the background's mean colour
 ``swap-unghosted`` the swap with the donor's hole's bounding box filled instead of its hole (no
                   outline of the donor's object is left)
+``refill``        the fill control: a hard photo itself, with the part of its swap donor's filled
+                  hole that the object leaves showing filled the same way from its own background
 ================  ==========================================================================
 
 Donors are chosen by cover (``match="cover"``, the default): among the candidates (the variant's
@@ -50,15 +52,20 @@ import numpy as np
 
 from curate.licenses import derivative_licence
 
-__all__ = ["VARIANTS", "DONOR_VARIANTS", "VARIANT_CODES", "GHOST_VARIANTS", "MATCHES", "COVER_GRID", "Source",
+__all__ = ["VARIANTS", "DONOR_VARIANTS", "VARIANT_CODES", "GHOST_VARIANTS", "FILL_VARIANTS", "SWAP_CONTROLS",
+           "MATCHES", "COVER_GRID", "Source",
            "Assignment", "parse_variants", "plan_donors", "describe", "adversarial_set", "variant_rng", "grid_mask",
            "grid_uncovered"]
 
 VARIANTS: tuple[str, ...] = ("original", "only-fg", "no-fg", "only-bg", "mixed-same", "mixed-rand", "mixed-next",
                              "swap", "paste", "noise-fg", "noise-bg", "adversarial", "ghost", "ghost-neutral",
-                             "swap-unghosted")
+                             "swap-unghosted", "refill")
 #: The ghost control, made beside each swap of a hard photo, on the same donor (docs/interventions.md).
 GHOST_VARIANTS: tuple[str, ...] = ("ghost", "ghost-neutral", "swap-unghosted")
+#: The fill control, made beside each swap of a hard photo, on the same donor's hole (docs/interventions.md).
+FILL_VARIANTS: tuple[str, ...] = ("refill",)
+#: The controls every hard swap brings with it (:func:`parse_variants`).
+SWAP_CONTROLS: tuple[str, ...] = GHOST_VARIANTS + FILL_VARIANTS
 #: Donor rules of :func:`plan_donors`.
 MATCHES: tuple[str, ...] = ("cover", "size")
 #: Side of the square grid the planner measures cover on (the image records the exact share).
@@ -71,7 +78,7 @@ VARIANT_CODES: dict[str, int] = {name: i for i, name in enumerate(VARIANTS)}
 
 def parse_variants(names: Sequence[str] | str | None) -> tuple[str, ...]:
     """The variants asked for, in :data:`VARIANTS` order, ``original`` always included, and the
-    ghost control (:data:`GHOST_VARIANTS`) whenever ``swap`` is: every B gets its control.
+    ghost and fill controls (:data:`SWAP_CONTROLS`) whenever ``swap`` is: every B gets its controls.
 
     Accepts a comma-separated string or a sequence; ``all`` (or None) is every variant; unknown
     names are a ValueError listing the known ones."""
@@ -83,7 +90,7 @@ def parse_variants(names: Sequence[str] | str | None) -> tuple[str, ...]:
     unknown = [n for n in items if n not in VARIANTS]
     if unknown:
         raise ValueError(f"unknown variant(s) {unknown}; known: {', '.join(VARIANTS)} (or all)")
-    asked = set(items) | {"original"} | (set(GHOST_VARIANTS) if "swap" in items else set())
+    asked = set(items) | {"original"} | (set(SWAP_CONTROLS) if "swap" in items else set())
     return tuple(v for v in VARIANTS if v in asked)
 
 

@@ -9,7 +9,7 @@ Files (``runs/<name>/`` of the intervention folder; docs/design.md#interventions
 - ``attribution.json``: per model ``overall`` (each statistic of
   :data:`STATISTICS` with its interval), ``classes_used`` (classes
   in the overall decomposition) and ``classes`` (per class: photo counts, values, intervals,
-  ``n_covered`` (covered swaps, the fill control), ``reason`` when the decomposition is undefined,
+  ``n_refills`` (scored refills, the fill control), ``reason`` when the decomposition is undefined,
   ``flag`` when a control is beyond the threshold);
 - ``attribution.md`` / ``attribution.csv``: the tables people read (points, 95% intervals).
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 import csv
 import io
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -38,7 +38,10 @@ STATISTICS: tuple[str, ...] = ("easy", "hard", "drop", "hard_on_easy", "backgrou
                                "background_part_reverse", "paste_cost", "only_fg", "no_fg", "only_bg", "mixed_same",
                                "mixed_rand", "mixed_next", "bg_gap", "noisy_fg", "noisy_bg", "rfs", "adversarial",
                                "ghost", "ghost_neutral", "hard_on_easy_unghosted", "background_part_unghosted",
-                               "ghost_bias", "hard_on_easy_covered", "background_part_covered", "fill_bias")
+                               "ghost_bias", "hard_refilled", "fill_bias", "background_part_fill_corrected")
+#: The fill control's statistics of a version 1 record (B over all swaps - B over covered swaps): another
+#: statistic under the same name, so a version 1 record is read with the fill control undefined.
+OLD_FILL_STATISTICS: tuple[str, ...] = ("hard_on_easy_covered", "background_part_covered", "fill_bias")
 #: What the decomposition can and cannot show (tables and the report print it).
 DECOMPOSITION_NOTE = (
     "drop D = easy - hard on the masked photos; background part B = accuracy of the hard objects pasted on easy "
@@ -49,17 +52,18 @@ DECOMPOSITION_NOTE = (
     "says what cutting and pasting alone costs, the ghost control (B - B unghosted: B against B on the same donors "
     "with each hole's bounding box filled, no outline of the donor's object left) what the filled hole adds to B; "
     "ghost / ghost-neutral: how often the model names the class from the donor's filled background alone / with the "
-    "object's mask in the mean colour, against chance. The fill control (B - B covered) needs no fill: B over all "
-    "swaps against B over the covered ones (the object leaves at most a small share of the donor's hole showing), "
-    "paired on the hard photos that have both (--swaps 2 or more; empty otherwise): what the visible fill adds to "
-    "B, whichever fill; covered n counts the covered swaps.")
+    "object's mask in the mean colour, against chance. The fill control (refill - original) needs no truth: each "
+    "hard photo with the part of its swap donor's hole that the object leaves showing filled the same way from its "
+    "own background, against the photo itself, paired: what the visible fill adds to B, whichever fill; B "
+    "fill-corrected = B - fill control; refills n counts the scored refills.")
 #: The decomposition table's columns (CLI, attribution.md, the report).
 DECOMPOSITION_COLUMNS: tuple[str, ...] = ("model", "label space", "drop D", "background B", "rest D - B",
-                                          "paste control", "ghost control", "B unghosted", "fill control", "B covered",
-                                          "covered n", "classes", "flagged")
+                                          "paste control", "ghost control", "B unghosted", "fill control",
+                                          "B fill-corrected", "refills n", "classes", "flagged")
 #: The per-class table's columns (CLI ``--classes``, attribution.md, the report).
 CLASS_COLUMNS: tuple[str, ...] = ("class", "easy n", "hard n", "easy", "hard", "D", "B", "rest", "paste control",
-                                  "ghost control", "B unghosted", "fill control", "B covered", "covered n", "note")
+                                  "ghost control", "B unghosted", "fill control", "B fill-corrected", "refills n",
+                                  "note")
 #: One line under the anchors' table (docs/interventions.md#the-ghost-control).
 GHOST_NOTE = ("ghost / ghost-neutral beside chance mean little for a model that reads the background: an easy "
               "background of the class names the class with no outline at all, so a high ghost accuracy can be the "
@@ -92,11 +96,11 @@ class ClassRow:
     intervals: dict[str, tuple[float, float]]
     reason: str = ""
     flag: str = ""
-    n_covered: int = 0  # covered swaps of its hard photos (the fill control)
+    n_refills: int = 0  # scored refills of its hard photos (the fill control)
 
     def to_dict(self) -> dict[str, Any]:
         return {"class_index": self.class_index, "class_name": self.class_name, "n_easy": self.n_easy,
-                "n_hard": self.n_hard, "n_covered": self.n_covered, "reason": self.reason, "flag": self.flag,
+                "n_hard": self.n_hard, "n_refills": self.n_refills, "reason": self.reason, "flag": self.flag,
                 "values": {k: _clean(v) for k, v in self.values.items()},
                 "intervals": {k: [_clean(a), _clean(b)] for k, (a, b) in self.intervals.items()}}
 
@@ -105,7 +109,7 @@ class ClassRow:
         return cls(int(d["class_index"]), str(d.get("class_name") or ""), int(d.get("n_easy") or 0),
                    int(d.get("n_hard") or 0), {k: _f(v) for k, v in (d.get("values") or {}).items()},
                    {k: _pair(v) for k, v in (d.get("intervals") or {}).items()}, str(d.get("reason") or ""),
-                   str(d.get("flag") or ""), int(d.get("n_covered") or 0))
+                   str(d.get("flag") or ""), int(d.get("n_refills") or 0))
 
     @property
     def label(self) -> str:
@@ -152,9 +156,9 @@ class ModelAttribution:
         return self.overall_ci.get(statistic, (math.nan, math.nan))
 
     @property
-    def n_covered(self) -> int:
-        """Covered swaps over every class (the fill control)."""
-        return sum(c.n_covered for c in self.classes)
+    def n_refills(self) -> int:
+        """Scored refills over every class (the fill control)."""
+        return sum(c.n_refills for c in self.classes)
 
     @property
     def flagged(self) -> list[ClassRow]:
@@ -173,7 +177,7 @@ class AttributionRun(RunRecord):
     """Config and results of one ``curate attribution`` (see the module docstring)."""
 
     KIND: ClassVar[str] = "attribution"
-    VERSION: ClassVar[int] = 1
+    VERSION: ClassVar[int] = 2  # 2: the fill control is refill - original (was B - B over covered swaps)
     RESULTS: ClassVar[str] = "attribution.json"
     MARKDOWN: ClassVar[str] = "attribution.md"
     CSV: ClassVar[str] = "attribution.csv"
@@ -196,10 +200,21 @@ class AttributionRun(RunRecord):
         write_bytes(run_dir / self.CSV, self.csv().encode())
 
     @classmethod
+    def migrate(cls, config: dict[str, Any], version: int) -> dict[str, Any]:
+        """Version 1 measured its fill control otherwise (B over covered swaps, ``covered_below``): that
+        setting goes, and :meth:`_read` leaves the old statistics out (the fill control reads undefined)."""
+        settings = dict(config.get("settings") or {})
+        settings.pop("covered_below", None)
+        return {**config, "settings": settings, "migrated_from": version}
+
+    @classmethod
     def _read(cls, run_dir: Path, config: dict[str, Any]) -> AttributionRun:
         results = read_result_json(run_dir, cls.RESULTS)
+        models = [ModelAttribution.from_dict(m) for m in results.get("models") or ()]
+        if config.get("migrated_from") == 1:
+            models = [_without_old_fill(m) for m in models]
         return cls(intervention=dict(config.get("intervention") or {}), settings=dict(config.get("settings") or {}),
-                   models=[ModelAttribution.from_dict(m) for m in results.get("models") or ()], run_dir=run_dir)
+                   models=models, run_dir=run_dir)
 
     # -- views
     @property
@@ -232,15 +247,15 @@ class AttributionRun(RunRecord):
 
     def decomposition_rows(self) -> list[list[str]]:
         """Per model: D, B, rest (points with 95% intervals), the paste control, the ghost control (B - B
-        unghosted) and B unghosted, the fill control (B - B covered), B covered and the covered swaps, classes
+        unghosted) and B unghosted, the fill control (refill - original), B fill-corrected and the refills, classes
         used and flagged (:data:`DECOMPOSITION_COLUMNS`)."""
         rows = []
         for m in self.models:
             rows.append([m.model, m.label_space, *(_cell(m.value(k), m.interval(k))
                                                    for k in ("drop", "background_part", "rest", "paste_cost",
                                                              "ghost_bias", "background_part_unghosted", "fill_bias",
-                                                             "background_part_covered")),
-                         str(m.n_covered), str(m.classes_used), str(len(m.flagged))])
+                                                             "background_part_fill_corrected")),
+                         str(m.n_refills), str(m.classes_used), str(len(m.flagged))])
         return rows
 
     def anchor_rows(self) -> list[list[str]]:
@@ -260,7 +275,7 @@ class AttributionRun(RunRecord):
 
     def class_rows(self, model: ModelAttribution) -> list[list[str]]:
         """Per class of one model: easy, hard, D, B, rest, the paste control, the ghost control, B unghosted,
-        the fill control, B covered, the covered swaps and the flag or reason (:data:`CLASS_COLUMNS`)."""
+        the fill control, B fill-corrected, the refills and the flag or reason (:data:`CLASS_COLUMNS`)."""
         rows = []
         for c in model.classes:
             def cell(k: str, c: ClassRow = c) -> str:
@@ -269,8 +284,8 @@ class AttributionRun(RunRecord):
             rows.append([c.label, str(c.n_easy), str(c.n_hard), pct(c.values.get("easy", math.nan)),
                          pct(c.values.get("hard", math.nan)), cell("drop"), cell("background_part"), cell("rest"),
                          pct(c.values.get("paste_cost", math.nan), signed=True), cell("ghost_bias"),
-                         cell("background_part_unghosted"), cell("fill_bias"), cell("background_part_covered"),
-                         str(c.n_covered), c.flag or c.reason or ""])
+                         cell("background_part_unghosted"), cell("fill_bias"), cell("background_part_fill_corrected"),
+                         str(c.n_refills), c.flag or c.reason or ""])
         return rows
 
     def markdown(self) -> str:
@@ -280,8 +295,7 @@ class AttributionRun(RunRecord):
                  f"(noise sigma {self.intervention.get('sigma')} on the [0, 1] scale). Points (percentage points, 95% "
                  f"paired bootstrap intervals, {self.settings.get('n_boot')} replicates). A class is flagged when the "
                  f"paste control loses, or the ghost control moves B by, more than {100 * self.threshold:.0f} "
-                 "points, or the fill control does and its interval excludes 0 (covered: uncovered share at most "
-                 f"{self.settings.get('covered_below')}).", "",
+                 "points, or the fill control does and its interval excludes 0.", "",
                  md_table(list(DECOMPOSITION_COLUMNS), self.decomposition_rows()), "",
                  "Backgrounds Challenge and Hard ImageNet numbers (accuracy in %, RFS in [-1, 1]; chance = one "
                  "guess among the candidate labels):", "",
@@ -298,7 +312,7 @@ class AttributionRun(RunRecord):
         """``attribution.csv``: one row per (model, class) and an ``all`` row per model, every statistic."""
         buffer = io.StringIO()
         writer = csv.writer(buffer, lineterminator="\n")
-        header = ["run", "model", "class_index", "class_name", "n_easy", "n_hard", "n_covered"]
+        header = ["run", "model", "class_index", "class_name", "n_easy", "n_hard", "n_refills"]
         for k in STATISTICS:
             header += [k, f"{k}_low", f"{k}_high"]
         writer.writerow(header + ["reason", "flag"])
@@ -311,11 +325,24 @@ class AttributionRun(RunRecord):
                 return out
 
             writer.writerow([m.run, m.model, "all", "", sum(c.n_easy for c in m.classes),
-                             sum(c.n_hard for c in m.classes), m.n_covered, *values(m.overall, m.overall_ci), "", ""])
+                             sum(c.n_hard for c in m.classes), m.n_refills, *values(m.overall, m.overall_ci), "", ""])
             for c in m.classes:
-                writer.writerow([m.run, m.model, c.class_index, c.class_name, c.n_easy, c.n_hard, c.n_covered,
+                writer.writerow([m.run, m.model, c.class_index, c.class_name, c.n_easy, c.n_hard, c.n_refills,
                                  *values(c.values, c.intervals), c.reason, c.flag])
         return buffer.getvalue()
+
+
+def _without_old_fill(model: ModelAttribution) -> ModelAttribution:
+    """A version 1 model with its fill control (:data:`OLD_FILL_STATISTICS` and its part of a flag) left out."""
+    def keep(d: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in d.items() if k not in OLD_FILL_STATISTICS}
+
+    def flag(text: str) -> str:
+        return "; ".join(p for p in text.split("; ") if p and not p.startswith(("fill control:", "B covered")))
+
+    return replace(model, overall=keep(model.overall), overall_ci=keep(model.overall_ci),
+                   classes=tuple(replace(c, values=keep(c.values), intervals=keep(c.intervals), flag=flag(c.flag))
+                                 for c in model.classes))
 
 
 def _num(x: float) -> str:

@@ -13,9 +13,9 @@ pasted back on its own filled background) is flagged: its B and rest mix the bac
 with what pasting costs. So is a class whose ghost control moves B by more than the threshold (B
 against B on the same donors with their holes' bounding boxes filled, no outline of the donor's
 object left): its B holds class evidence the filled hole carries. And so is a class whose fill
-control (B against B over the covered swaps, where almost nothing filled shows, on the photos that
-have both) is beyond the threshold with its interval clear of 0: the visible fill, whichever it
-is, moves its B.
+control (each hard photo with what its swaps show of the donors' filled holes filled the same way
+from its own background, against the photo itself) is beyond the threshold with its interval clear
+of 0: the visible fill, whichever it is, moves its B.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from curate.interventions.attribution import COVERED_BELOW, attribute, photo_table
+from curate.interventions.attribution import attribute, photo_table
 from curate.progress import Progress, phase
 from curate.runs.attribution import GHOST_FLAG, AttributionRun, ClassRow, ModelAttribution
 from curate.runs.base import RunError, iter_runs, write_bytes
@@ -45,16 +45,13 @@ class AttributionSettings:
     """``intervention``: the intervention record's run name (None: the folder's only or latest one).
     ``n_boot``, ``seed``, ``level``: the paired bootstrap. ``control_threshold``: a class whose paste
     control loses more than this (a fraction: 0.05 = 5 points) is flagged, and so is one whose ghost
-    control, or whose fill control with its interval clear of 0, moves B by more. ``covered_below``:
-    a swap whose donor hole the object leaves at most this share of uncovered is *covered* (the fill
-    control, :mod:`curate.interventions.attribution`)."""
+    control, or whose fill control with its interval clear of 0, moves B by more."""
 
     intervention: str | None = None
     n_boot: int = 1000
     seed: int = 0
     level: float = 0.95
     control_threshold: float = 0.05
-    covered_below: float = COVERED_BELOW
 
     def __post_init__(self) -> None:
         if self.n_boot < 10:
@@ -63,8 +60,6 @@ class AttributionSettings:
             raise ValueError(f"--level must be in [0.5, 1), got {self.level}")
         if not 0.0 <= self.control_threshold <= 1.0:
             raise ValueError(f"--control-threshold is a fraction in [0, 1], got {self.control_threshold}")
-        if not 0.0 <= self.covered_below <= 1.0:
-            raise ValueError(f"--covered-below is a share of the donor's hole in [0, 1], got {self.covered_below}")
 
 
 def _evaluations(root: Path, runs: Any) -> list[EvaluationRun]:
@@ -117,14 +112,14 @@ def attribution(dataset: Any, runs: Any = None, settings: AttributionSettings | 
         counted = phase(progress, "bootstrapping replicates" + (f", model {i + 1} of {len(evaluations)}"
                                                                 if len(evaluations) > 1 else ""))
         correct = run.correct1_by_sample()
-        table = photo_table(variant_rows, correct, covered_below=settings.covered_below)
+        table = photo_table(variant_rows, correct)
         if not table.photo_ids:
             raise ValueError(f"evaluation run {run.name} scored none of the originals of intervention "
                              f"{intervention.name}: evaluate this folder ({ds.root}), not another")
         classes, overall, overall_ci, used = attribute(table, n_boot=settings.n_boot, seed=settings.seed,
                                                        level=settings.level, progress=counted)
         rows = tuple(ClassRow(c.class_index, names[c.class_index], c.n_easy, c.n_hard, c.values, c.intervals,
-                              c.reason, _flag(c.values, c.intervals, settings), c.n_covered)
+                              c.reason, _flag(c.values, c.intervals, settings), c.n_refills)
                      for c in classes)
         models.append(ModelAttribution(run.name, run.model_label, run.model_id, run.family, run.label_space_name,
                                        run.chance, overall, overall_ci, used, rows))
@@ -159,7 +154,8 @@ def _flag(values: dict[str, float], intervals: dict[str, tuple[float, float]], s
     fill_bias = values.get("fill_bias", math.nan)
     low, high = intervals.get("fill_bias", (math.nan, math.nan))
     if math.isfinite(fill_bias) and abs(fill_bias) > threshold and (low > 0 or high < 0):
-        flags.append(f"fill control: the swaps' visible fill moves B by {100 * fill_bias:+.1f} points (> "
-                     f"{100 * threshold:.0f}, interval {100 * low:+.1f} to {100 * high:+.1f}); B covered (uncovered <= "
-                     f"{settings.covered_below:g}) is {100 * values.get('background_part_covered', math.nan):+.1f}")
+        flags.append(f"fill control: filling what the swaps show of the donors' holes moves a hard photo's accuracy "
+                     f"by {100 * fill_bias:+.1f} points (> {100 * threshold:.0f}, interval {100 * low:+.1f} to "
+                     f"{100 * high:+.1f}); B fill-corrected is "
+                     f"{100 * values.get('background_part_fill_corrected', math.nan):+.1f}")
     return "; ".join(flags)

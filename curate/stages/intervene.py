@@ -55,6 +55,7 @@ from curate.interventions import image_ops as ops
 from curate.interventions.plan import (
     GHOST_VARIANTS,
     MATCHES,
+    SWAP_CONTROLS,
     Assignment,
     Source,
     adversarial_set,
@@ -281,7 +282,7 @@ def finish_command(source: Path, out: Path, settings: InterveneSettings, run_nam
     if settings.split:
         words += ["--split", settings.split]
     if settings.variants != default.variants:
-        implied = GHOST_VARIANTS if "swap" in settings.variants else ()  # a swap brings its ghost control
+        implied = SWAP_CONTROLS if "swap" in settings.variants else ()  # a swap brings its ghost and fill controls
         words += ["--variants", ",".join(v for v in settings.variants if v != "original" and v not in implied)
                   or "original"]
     for option in ("seed", "swaps", "adversarial_backgrounds", "hole_margin", "sigma", "per_cell", "fill",
@@ -492,7 +493,8 @@ class _Maker:
         """The donor variant's image and, beside a hard photo's swap, its ghost control on the same
         donor: ``ghost`` (the donor's only-bg as it enters the swap, nothing pasted), ``ghost-neutral``
         (the object's mask in the background's mean colour) and ``swap-unghosted`` (the object on the
-        donor's background with the hole's bounding box filled: no outline of the donor's object)."""
+        donor's background with the hole's bounding box filled: no outline of the donor's object); and
+        its fill control ``refill`` (:func:`_refill`)."""
         donor = self.photo(assignment.donor.sample_id)
         if isinstance(donor, str) or donor.filled is None:
             skipped[f"donor_unusable:{assignment.variant}"] += 1
@@ -515,11 +517,21 @@ class _Maker:
                 box = ops.fit_mask(ops.box_hole(donor.hole), shape)
                 made.append(("swap-unghosted", ops.paste(photo.image, photo.mask, boxed),
                              float((box & ~photo.mask).mean()), donor.unghosted.method))
+            if "refill" in self.settings.variants:
+                shown = ops.fit_mask(_filled_region(donor), shape)
+                if (shown | photo.hole).all():  # nothing of the photo's own background is left to fill from
+                    skipped["refill_no_background"] += 1
+                else:
+                    made.append(("refill", *_refill(photo, shown, self.settings.fill)))
         for variant, image, filled, method in made:
-            # the ghost shows the donor's pixels only: its licence is the donor's (two photos may share it)
-            planned = replace(assignment, license=donor.row["license"]) if variant == "ghost" else assignment
-            sample, row = self._sample(photo, variant, ops.png_bytes(image), planned, donor.row["background"],
-                                       donor.row, filled=(filled, method),
+            # the ghost shows the donor's pixels only: its licence is the donor's (two photos may share it);
+            # the refill shows the photo's own pixels only (the donor lends its hole's shape, no pixel)
+            own = variant == "refill"
+            planned = replace(assignment, license=donor.row["license"] if variant == "ghost" else
+                              photo.row["license"]) if variant in ("ghost", "refill") else assignment
+            sample, row = self._sample(photo, variant, ops.png_bytes(image), planned,
+                                       photo.row["background"] if own else donor.row["background"],
+                                       None if own else donor.row, filled=(filled, method),
                                        with_mask=variant not in ("ghost", "ghost-neutral"))
             row["uncovered"] = uncovered
             yield sample, row
@@ -564,6 +576,23 @@ class _Maker:
                      **({key: value for key, value in describe(assignment).items() if key not in ("k", "license")}
                         if assignment is not None else {})}
         return sample, table_row
+
+
+def _refill(photo: _Photo, shown: np.ndarray, fill: str) -> tuple[np.ndarray, float, str]:
+    """The fill control's image of one swap: the photo itself with R = ``shown`` & ~mask filled, where
+    ``shown`` is the swap donor's filled region (its hole, or the hole's box for a ``box-`` fill) at the
+    swap's geometry, so R is exactly what the swap shows of the donor's fill (docs/interventions.md#the-fill-control).
+
+    R is filled by the swap's own fill (``fill`` without its ``box-`` prefix: ``shown`` is already the
+    box) computed on the photo over ``shown | hole`` (the photo's own hole goes too, so neither the
+    tiles' strips nor the inpainting's border take in the object or its halo), and only R is kept:
+    ``refill = paste(filled, R, photo)``. Against the photo itself, whose background in R is real,
+    it measures what filling that region costs or adds. Returns (image, R's share of the image, the fill's method)."""
+    region = shown & ~photo.mask
+    method = fill[len("box-"):] if fill.startswith("box-") else fill
+    filled = ops.fill_hole(photo.image, shown | photo.hole, method)
+    prefix = "box-" if fill.startswith("box-") else ""
+    return ops.paste(filled.image, region, photo.image), float(region.mean()), prefix + filled.method
 
 
 def _filled_region(photo: _Photo) -> np.ndarray:
