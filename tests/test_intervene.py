@@ -361,6 +361,25 @@ def test_a_damaged_photo_is_skipped_and_counted(world, tmp_path, damage, reason)
     assert len(out) == record.counts["images"] and not check_dataset(out.root, deep=True)
 
 
+def test_a_refill_with_no_background_of_its_own_left_is_skipped_and_counted(world, tmp_path) -> None:
+    """Issue 45: a hard object on the left half and every easy donor of its class on the right half: the donor's
+    hole and the photo's own cover the whole image, so nothing of the photo is left to fill from. The swap is made,
+    its refill is not, and the count says so."""
+    rows = world.rows()
+    hard = next(r for r in rows if r["group"] == "hard")
+    left, right = np.zeros((32, 32), np.uint8), np.zeros((32, 32), np.uint8)
+    left[:, :16], right[:, 16:] = 255, 255
+    Image.fromarray(left).save(world.mask_path(hard["sample_id"]))
+    for row in rows:
+        if row["group"] == "easy" and row["class_index"] == hard["class_index"]:
+            Image.fromarray(right).save(world.mask_path(row["sample_id"]))
+    record = intervene(world, tmp_path / "out", InterveneSettings(variants="swap"))
+    made = [r for r in record.rows() if r["source_sample_id"] == hard["sample_id"]]
+    assert [r["variant"] for r in made if r["variant"] in ("swap", "refill")] == ["swap"]
+    assert record.counts["skipped_sources"] == {"refill_no_background": 1}
+    assert record.counts["variants"]["refill"] == record.counts["variants"]["ghost"] - 1
+
+
 def test_a_folder_without_groups_points_to_curate_split(tmp_path) -> None:
     ds = _world(tmp_path / "world", groups=False)
     with pytest.raises(ValueError, match="curate split"):
