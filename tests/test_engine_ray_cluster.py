@@ -279,7 +279,9 @@ def test_second_node_killed_after_the_first_batch(world, cluster, engine_log) ->
     if second not in c.worker_nodes:  # gone with a test before this one that failed
         second = c.add_node(num_cpus=1, object_store_memory=STORE_MB)
         c.wait_for_nodes()
-    ids = [r["sample_id"] for r in ds.rows()][:48]  # 12 batches: the loss lands while some are in flight
+    # every batch of the world (50 of 4): with 12 (before) a quiet machine returned all of them before the
+    # killed node was gone, once in four fresh-clone runs (one plan, no retry); 50 leave the loss in flight
+    ids = [r["sample_id"] for r in ds.rows()]
     expected = _expected(ds, spec, ids)
     killed = threading.Event()
     killers: list[threading.Thread] = []
@@ -299,9 +301,9 @@ def test_second_node_killed_after_the_first_batch(world, cluster, engine_log) ->
     for t in killers:
         t.join(60)
     assert killed.is_set()
-    assert log.plans[0] == "Ray engine: 12 batch(es) on 2 node(s) (1+1 CPUs), 2 actor(s) of 0.5 CPU", log.plans
+    assert log.plans[0] == "Ray engine: 50 batch(es) on 2 node(s) (1+1 CPUs), 2 actor(s) of 0.5 CPU", log.plans
     assert len(log.plans) == 2 and log.plans[1].endswith("on 1 node(s) (1 CPUs), 1 actor(s) of 0.5 CPU"), log.plans
-    assert len(log.nodes) == 12  # every batch returned once
+    assert len(log.nodes) == 50  # every batch returned once
     actors = [a for k, a in _model_actors("_Encode").items() if k not in before]
     assert second.node_id in {a["node"] for a in actors} and c.head_node.node_id in {a["node"] for a in actors}
     assert all(a["max_restarts"] == 0 and a["restarts"] == 0 for a in actors), actors
