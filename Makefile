@@ -60,8 +60,9 @@ lint: $(STAMP)
 # 414 s wall / 75 s CPU (load ~22), -n 2 361 s / 88 s (load ~21); serial 575 s / 80 s (load ~17), -n 2
 # 269 s / 90 s (load ~12). Two workers cost 12-18% more CPU (each imports torch and collects) and paid in
 # wall both times; the suite is CPU-bound on one thread (24 min user CPU for 23.5 min of serial pytest).
-# The whole suite from a fresh clone of 48d304d, quiet 2-core (2026-11-28): 14 min 18 s of pytest, 17 min 13 s
-# with install, services and lint (21 min 45 s user CPU); serial, 22 min 48 s of pytest at 3d9af46.
+# The whole suite from a fresh clone of bcd2c91, quiet 2-core (2026-11-29): 14 min 52 s of pytest, 17 min 14 s
+# with install, services and lint (22 min 36 s user CPU); the two workers finished 6 s apart and the run is
+# CPU-bound (tests/timeline.py; docs/results.md). Serial, 22 min 48 s of pytest at 3d9af46.
 # Not for test-fast: there -n 2 took 48-50 s CPU against 28-31 s, and more wall (238 / 195 s vs 135 / 188 s).
 TEST_WORKERS ?= 2
 test:
