@@ -182,12 +182,6 @@ def dilated(mask: np.ndarray) -> np.ndarray:
 def _neighbourhood(mask: np.ndarray, *, grow: bool) -> np.ndarray:
     """Any (``grow``) or all (not ``grow``) of each pixel's 3x3 neighbourhood, the image padded with False."""
     padded = np.pad(mask, 1, constant_values=False)
-    out = np.zeros_like(mask) if grow else np.ones_like(mask)
     h, w = mask.shape
-    for dy in (0, 1, 2):
-        for dx in (0, 1, 2):
-            if grow:
-                out |= padded[dy:dy + h, dx:dx + w]
-            else:
-                out &= padded[dy:dy + h, dx:dx + w]
-    return out
+    windows = [padded[dy:dy + h, dx:dx + w] for dy in (0, 1, 2) for dx in (0, 1, 2)]
+    return (np.logical_or if grow else np.logical_and).reduce(windows)

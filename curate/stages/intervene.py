@@ -589,10 +589,9 @@ def _refill(photo: _Photo, shown: np.ndarray, fill: str) -> tuple[np.ndarray, fl
     ``refill = paste(filled, R, photo)``. Against the photo itself, whose background in R is real,
     it measures what filling that region costs or adds. Returns (image, R's share of the image, the fill's method)."""
     region = shown & ~photo.mask
-    method = fill[len("box-"):] if fill.startswith("box-") else fill
-    filled = ops.fill_hole(photo.image, shown | photo.hole, method)
-    prefix = "box-" if fill.startswith("box-") else ""
-    return ops.paste(filled.image, region, photo.image), float(region.mean()), prefix + filled.method
+    boxed = fill.startswith("box-")
+    filled = ops.fill_hole(photo.image, shown | photo.hole, fill.removeprefix("box-"))
+    return ops.paste(filled.image, region, photo.image), float(region.mean()), ("box-" if boxed else "") + filled.method
 
 
 def _filled_region(photo: _Photo) -> np.ndarray:
