@@ -467,8 +467,8 @@ def _attribution_section(doc: Document, root: Path, out: Path) -> None:
         doc.text(f"`{run.name}`: intervention `{source.get('run')}` of `{source.get('source_name')}`, "
                  f"{run.settings.get('n_boot')} paired bootstrap replicates; "
                  f"{MaskCounts.from_dict(source.get('masks')).line()}.{truth} A class is flagged when its paste "
-                 f"control loses, or its ghost or fill control moves B by, more than {100 * run.threshold:.0f} "
-                 "points.")
+                 f"control loses, or its ghost or fill control or its fill effect moves B by, more than "
+                 f"{100 * run.threshold:.0f} points.")
         doc.table(list(DECOMPOSITION_COLUMNS), run.decomposition_rows())
         doc.text("The anchors' numbers (Xiao et al. 2020; Moayeri et al. 2022): accuracy in %, RFS in [-1, 1], "
                  "chance = one guess among the candidate labels.")

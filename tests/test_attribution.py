@@ -241,6 +241,57 @@ def test_fill_control_by_hand() -> None:
     assert low <= 0.0625 <= high and high > low
 
 
+def test_fill_effect_by_hand() -> None:
+    """Issue 45: the fill control that needs no fill. Class 0, hard: originals 0, 0, 1, 1 (hard 1/2), swaps 1, 1, 1,
+    0 (B = 3/4 - 1/2 = 1/4), swap-bgonly (the object on photos of the backgrounds alone) 1, 0, 1/2 and none for
+    the fourth photo: fill effect = mean over the three photos with both of swap - swap-bgonly = mean(0, 1, 1/2)
+    = 1/2; B bg-alone = mean(1, 0, 1/2) - 1/2 = 0 (over its own photos: with a photo unpaired, fill effect is
+    not B - B bg-alone). Class 1 has no swap-bgonly: undefined, no part of the overall value. Class 2 has one
+    photo with both: a value and no interval (one photo, under the minimum cell)."""
+    first = _cell(0, "hard", [0, 0, 1, 1], [1, 1, 1, 0], swap_bgonly=[1, 0, 0.5, math.nan])
+    second = _cell(1, "hard", [0, 1], [1, 1])
+    third = _cell(2, "hard", [0, 1], [1, 1], swap_bgonly=[0, math.nan])
+    table = _table(_cell(0, "easy", [1, 1]) + first + _cell(1, "easy", [1, 0]) + second + _cell(2, "easy", [1, 1])
+                   + third)
+    table.bgonly = np.array([0, 0, 2, 1, 2, 0, 0, 0, 0, 0, 0, 0, 1, 0])
+    classes, overall, overall_ci, _ = attribute(table, n_boot=300, seed=2)
+    a, b, c = (row.values for row in classes)
+    assert (a["background_part"], a["fill_effect"], a["background_part_bgonly"]) == (0.25, 0.5, 0.0)
+    assert a["hard_on_easy_bgonly"] == 0.5
+    low, high = classes[0].intervals["fill_effect"]
+    assert low <= 0.5 <= high and high > low
+    assert math.isnan(b["fill_effect"]) and math.isnan(b["background_part_bgonly"]) and b["background_part"] == 0.5
+    assert c["fill_effect"] == 1.0 and all(math.isnan(x) for x in classes[2].intervals["fill_effect"])
+    assert [row.n_bgonly for row in classes] == [5, 0, 1]
+    assert overall["fill_effect"] == pytest.approx(0.75)  # the classes that have it: (1/2 + 1) / 2
+    low, high = overall_ci["fill_effect"]  # over both classes' four paired photos: allowed
+    assert low <= 0.75 <= high and high > low
+
+
+def test_the_fill_effect_flags_beyond_the_threshold_with_its_interval_clear_of_0() -> None:
+    """Issue 45: flagged like the fill control: |fill effect| over the threshold and its interval excluding 0."""
+    from curate.stages.attribution import AttributionSettings, class_flag
+
+    settings = AttributionSettings()
+    flag = class_flag({"fill_effect": -0.08, "background_part_bgonly": 0.3}, {"fill_effect": (-0.15, -0.01)},
+                      settings)
+    assert flag.startswith("fill effect:") and "-8.0 points" in flag and "B on those photos is +30.0" in flag
+    for value, interval in ((-0.08, (-0.15, 0.01)), (0.04, (0.01, 0.07)), (math.nan, (math.nan, math.nan))):
+        assert class_flag({"fill_effect": value}, {"fill_effect": interval}, settings) == ""
+
+
+def test_photo_table_counts_a_photos_background_alone_swaps() -> None:
+    """Issue 45: one swap-bgonly per scored hard swap; a photo's value is the share answered right."""
+    rows = [{"sample_id": "o", "variant": "original", "source_sample_id": "a", "class_index": 0, "group": "hard"}]
+    correct = {"o": False, "b0": True, "b1": False}
+    for i in range(3):
+        rows.append({"sample_id": f"b{i}", "variant": "swap-bgonly", "source_sample_id": "a", "class_index": 0,
+                     "group": "hard", "k": i})  # b2 was not scored
+    table = photo_table(rows, correct)
+    assert table.values[0, COLUMNS.index("swap-bgonly")] == 0.5
+    assert list(table.bgonly) == [2] and table.bgonly_of(0) == 2 and table.bgonly_of(0, "easy") == 0
+
+
 def test_photo_table_averages_a_photos_refills_and_counts_them() -> None:
     """Issue 45: one refill per scored swap; a photo's refill value is the share of its refills answered right."""
     rows = [{"sample_id": "o", "variant": "original", "source_sample_id": "a", "class_index": 0, "group": "hard"},
@@ -384,6 +435,35 @@ def test_a_version_1_attribution_record_loads_with_its_old_fill_control_left_out
     assert kept.flag.startswith("ghost control:") and "B without the ghost is +15.0" in kept.flag
     assert "fill control" not in kept.flag and "covered" not in kept.flag and "covered_below" not in old.settings
     assert "fill control" in old.markdown()  # the column is there, undefined
+    assert math.isnan(loaded.value("fill_effect")) and loaded.n_bgonly is None and kept.n_bgonly is None
+
+
+def test_a_version_2_attribution_record_loads_with_the_fill_effect_undefined(tmp_path) -> None:
+    """Issue 45: a version 2 record has no fill effect: its statistics read NaN, its counts None (empty cells),
+    and everything else as written; a version 3 record keeps them."""
+    row = ClassRow(0, "class0", 4, 4, {"background_part": 0.25, "fill_bias": 0.1}, {"fill_bias": (0.05, 0.2)},
+                   n_refills=4)
+    model = ModelAttribution("a", "model-a", "id-a", "timm", "imagenet", 0.001, {"background_part": 0.25}, {}, 1,
+                             (row,))
+    run_dir = AttributionRun(intervention={"run": "intervene"}, settings={"n_boot": 100}, models=[model]).write(
+        tmp_path / "runs" / "attribution")
+    results = json.loads((run_dir / "attribution.json").read_text())
+    for m in results["models"]:  # as version 2 wrote it: no fill effect, no count
+        for k in ("hard_on_easy_bgonly", "background_part_bgonly", "fill_effect"):
+            del m["overall"][k]
+        for c in m["classes"]:
+            del c["n_bgonly"]
+    (run_dir / "attribution.json").write_text(json.dumps(results))
+    config = json.loads((run_dir / "config.json").read_text())
+    (run_dir / "config.json").write_text(json.dumps({**config, "record_version": 2}))
+    old = AttributionRun.load(run_dir)
+    loaded = old.models[0]
+    assert math.isnan(loaded.value("fill_effect")) and math.isnan(loaded.value("background_part_bgonly"))
+    assert loaded.n_bgonly is None and loaded.classes[0].n_bgonly is None
+    assert loaded.classes[0].values["fill_bias"] == 0.1 and loaded.classes[0].n_refills == 4
+    header, first = list(csv.reader(io.StringIO(old.csv())))[:2]
+    assert first[header.index("n_bgonly")] == "" and first[header.index("fill_effect")] == ""
+    assert "fill effect" in old.markdown() and AttributionRun.VERSION == 3
 
 
 def _variant_rows() -> list[dict]:

@@ -52,10 +52,16 @@ def collect() -> None:
               help="contrast: outline colour follows the background; double: the same on every background.")
 @click.option("--truth-groups", is_flag=True,
               help="Set easy / hard from the truth (easy = the class's common background), as a perfect split would.")
+@click.option("--vignette", type=float, default=0.0, show_default=True,
+              help="Light falling off from the centre on every background, 1 - v r^2 (0 to 0.9; 0: none).")
+@click.option("--backgrounds-only", type=int, default=None, metavar="N",
+              help="Write N photos of each background alone (no object, no class) instead of the world: the "
+                   "--background-photos folder of `curate intervene`.")
 @planted_options
 def collect_synthetic_cmd(directory: Path, classes: str, p: float, uncorrelated: bool, per_class: int,
                           image_size: int, seed: int, uncommon_scale: float, outline: str, truth_groups: bool,
-                          planted_rate: float, **rates: float | None) -> None:
+                          vignette: float, backgrounds_only: int | None, planted_rate: float,
+                          **rates: float | None) -> None:
     """Generate the synthetic world (shapes on procedural backgrounds, exact masks), optionally
     with planted curation problems at known rates (the ground truth of `curate audit`)."""
     from dataclasses import replace
@@ -69,11 +75,20 @@ def collect_synthetic_cmd(directory: Path, classes: str, p: float, uncorrelated:
     planted = {name: (planted_rate if rate is None else rate) for name, rate in rates.items()}
     try:
         spec = WorldSpec(classes=picked, p=p, per_class=per_class, image_size=image_size, seed=seed,
-                         uncommon_scale=uncommon_scale, outline=outline, **planted)
+                         uncommon_scale=uncommon_scale, outline=outline, vignette=vignette, **planted)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     if uncorrelated:
         spec = replace(spec, p=spec.uncorrelated_p)
+    if backgrounds_only is not None:
+        from curate.collect.synthetic import collect_synthetic_backgrounds
+
+        if backgrounds_only < 1:
+            raise click.UsageError(f"--backgrounds-only must be >= 1, got {backgrounds_only}")
+        ds = collect_synthetic_backgrounds(directory, spec, backgrounds_only)
+        out().print(f"{ds.root}: {len(ds)} photos of backgrounds alone ({backgrounds_only} of each of "
+                    f"{', '.join(spec.backgrounds)}), seed {seed}")
+        return
     with progress() as bar:
         task = bar.add_task("generating", total=per_class * len(picked))
         ds = collect_synthetic(directory, spec, progress=lambda done, total: bar.update(task, completed=done))

@@ -36,6 +36,9 @@ from curate.shell import suggest
               help="Donors whose hole the pasted object covers best (cover) or whose object is closest in size (size).")
 @click.option("--max-uncovered", type=float, default=None,
               help="Leave out donors whose hole the pasted object leaves more than this share of (0-1; counted).")
+@click.option("--background-photos", type=UserPath(path_type=Path), default=None,
+              help="A dataset folder of photos of backgrounds alone (no class, background labelled): each hard swap "
+                   "also pasted on one of its donor's background (swap-bgonly), the fill control that needs no fill.")
 @click.option("--allow-model-masks", is_flag=True,
               help="Also use unverified model-made masks (curate propose-masks) as objects (counted either way).")
 @click.option("--allow-restricted-licenses", is_flag=True,
@@ -49,7 +52,8 @@ from curate.shell import suggest
                    "another one into OUT is refused.")
 def intervene_cmd(directory: Path, out_dir: Path, split_run: str | None, variants: str, seed: int, swaps: int,
                   adversarial_backgrounds: int, hole_margin: float, sigma: float, per_cell: int | None,
-                  fill: str, donor_match: str, max_uncovered: float | None, allow_model_masks: bool, allow_restricted_licenses: bool, workers: int | None,
+                  fill: str, donor_match: str, max_uncovered: float | None, background_photos: Path | None,
+                  allow_model_masks: bool, allow_restricted_licenses: bool, workers: int | None,
                   run_name: str | None, overwrite: bool) -> None:
     """Keep each masked photo's object, change its background: write the variants as a new folder.
 
@@ -62,6 +66,7 @@ def intervene_cmd(directory: Path, out_dir: Path, split_run: str | None, variant
     settings = InterveneSettings(variants=variants, split=split_run, seed=seed, swaps=swaps,
                                  adversarial_backgrounds=adversarial_backgrounds, hole_margin=hole_margin, sigma=sigma,
                                  per_cell=per_cell, fill=fill, match=donor_match, max_uncovered=max_uncovered,
+                                 background_photos=str(background_photos) if background_photos is not None else None,
                                  allow_model_masks=allow_model_masks,
                                  allow_restricted_licenses=allow_restricted_licenses, workers=workers)
     with progress() as bar:
@@ -90,8 +95,9 @@ def intervene_cmd(directory: Path, out_dir: Path, split_run: str | None, variant
 @click.option("--bootstrap", "n_boot", type=int, default=1000, show_default=True, help="Paired bootstrap replicates.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap seed.")
 @click.option("--control-threshold", type=float, default=0.05, show_default=True,
-              help="Flag a class whose paste control loses, or whose ghost or fill control moves B by, more than "
-                   "this (a fraction: 0.05 = 5 points; the fill control also needs its interval clear of 0).")
+              help="Flag a class whose paste control loses, or whose ghost or fill control or fill effect moves B by, "
+                   "more than "
+                   "this (a fraction: 0.05 = 5 points; the fill control and the fill effect also need their interval clear of 0).")
 @click.option("--classes", "show_classes", is_flag=True, help="Also print the per-class table of each model.")
 @click.option("--run-name", default=None,
               help="Run folder name under DIR/runs/ (default: attribution-<intervention>-<UTC time>).")

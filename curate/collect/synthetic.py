@@ -446,6 +446,57 @@ def render_counterfactual(spec: WorldSpec, index: int, *, background: str | None
                            {"counterfactual": intervened})
 
 
+#: The stream of a background-alone photo: ``[seed, BACKGROUND_ALONE_STREAM, background's place in
+#: BACKGROUNDS, index]`` (its own length, so it shares no draw with any sample of the world).
+BACKGROUND_ALONE_STREAM = 3
+
+
+def render_background_alone(spec: WorldSpec, background: str, index: int) -> np.ndarray:
+    """Photo ``index`` of ``background`` alone, as the world would show it behind an object: a texture
+    of that kind (:func:`curate.collect.world_draw.background_texture`) with the world's vignette, no
+    object, no hole, nothing filled (uint8, image_size x image_size x 3). The donors of the fill
+    control that needs no fill (issue 45, docs/design.md#interventions); nothing of the world's own
+    samples changes."""
+    if background not in BACKGROUNDS:
+        raise ValueError(f"unknown synthetic background {background!r}; known: {', '.join(BACKGROUNDS)}")
+    rng = np.random.default_rng([spec.seed, BACKGROUND_ALONE_STREAM, BACKGROUNDS.index(background), int(index)])
+    bg = background_texture(spec.image_size, rng, background)
+    if spec.vignette:
+        bg = bg * vignette_light(spec.image_size, spec.vignette)[..., None]
+    return np.clip(bg, 0, 255).astype(np.uint8)
+
+
+def collect_synthetic_backgrounds(root, spec: WorldSpec, per_background: int, *, name: str | None = None):
+    """Write ``per_background`` background-alone photos of each of the world's backgrounds into the
+    dataset folder ``root`` (:func:`render_background_alone`): samples with no class and no mask,
+    ``background`` set (``background_source="synthetic"``), licence CC0, ``source_id``
+    ``<seed>:bg:<background>:<i>``; the spec and the count go to ``provenance.synthetic_backgrounds``.
+    The form ``curate intervene --background-photos`` reads (docs/design.md#interventions)."""
+    from pathlib import Path
+
+    from curate.store import Dataset, NewSample
+
+    if per_background < 1:
+        raise ValueError(f"per_background must be >= 1, got {per_background}")
+    root = Path(root)
+    ds = Dataset.open(root) if (root / "dataset.yaml").exists() else Dataset.create(
+        root, name=name or root.name, backgrounds=list(spec.backgrounds), recipe="background-photos")
+    missing = [b for b in spec.backgrounds if b not in ds.backgrounds]
+    if missing:
+        raise ValueError(f"{root}: backgrounds {missing} are not in the dataset's vocabulary {ds.backgrounds}")
+    samples = [NewSample(image=png_bytes(render_background_alone(spec, background, i)), class_index=None,
+                         source="synthetic", source_id=f"{spec.seed}:bg:{background}:{i}", license=SYNTHETIC_LICENSE,
+                         attribution="curate synthetic world (procedurally generated background)", status="accepted",
+                         background=background, background_source="synthetic", background_score=1.0,
+                         extra={"background_alone": True, "world_seed": spec.seed})
+               for background in spec.backgrounds for i in range(per_background)]
+    report = ds.add_samples(samples, actor="collect.synthetic")
+    if report.quarantined:
+        raise RuntimeError(f"synthetic background photos were quarantined (a bug): {report.quarantined[:3]}")
+    ds.record_provenance("synthetic_backgrounds", {**spec.to_dict(), "per_background": per_background})
+    return ds
+
+
 def generate_world(spec: WorldSpec) -> Iterator[SyntheticSample]:
     """All samples of the world in order (class-major)."""
     for index in range(spec.per_class * len(spec.classes)):

@@ -34,6 +34,14 @@ object is right on every background of the set, else 0. Within a class c:
   on both sides); ``background_part_fill_corrected`` = B - fill_bias, B with that part taken out.
   ``n_refills`` counts the class's scored refills. It needs no truth and no covered donors, only
   the fill itself; NaN where no refill was made (an intervention without swaps, exact counterfactuals);
+- the fill control that needs no fill, over c's hard photos, where the intervention was given photos of
+  backgrounds alone (``--background-photos``, docs/design.md#interventions): ``swap-bgonly`` is the hard
+  object on a photo of its swap donor's easy background with no object in it, so no hole and nothing filled.
+  ``hard_on_easy_bgonly`` = mean of swap-bgonly(p); ``background_part_bgonly`` = hard_on_easy_bgonly - hard,
+  B with no fill; ``fill_effect`` = mean over the photos with both of swap(p) - swap-bgonly(p), what the
+  donors' filled backgrounds add to B against unfilled photos of the same backgrounds (paired: the same
+  photos on both sides; where every photo with a swap has both, fill_effect = B - background_part_bgonly
+  exactly). ``n_bgonly`` counts the class's scored swap-bgonly images. NaN where none was made;
 - ``only_fg``, ``no_fg``, ``only_bg``, ``mixed_same``, ``mixed_rand``, ``mixed_next``: mean over
   c's photos (both groups pooled); ``bg_gap`` = mixed_same - mixed_rand (Xiao et al. 2020, §3);
 - ``noisy_fg`` / ``noisy_bg``: accuracy with Gaussian noise on the object / on the rest, and
@@ -66,15 +74,17 @@ import numpy as np
 from curate.metrics.bootstrap import allowed_or_nan
 from curate.runs.attribution import STATISTICS
 
-__all__ = ["COLUMNS", "STATISTICS", "DECOMPOSITION", "FILL_STATISTICS", "PhotoTable", "ClassAttribution",
+__all__ = ["COLUMNS", "STATISTICS", "DECOMPOSITION", "FILL_STATISTICS", "BGONLY_STATISTICS", "PhotoTable", "ClassAttribution",
            "photo_table", "attribute", "rfs"]
 
 #: Per-photo value columns (variants), in order.
 COLUMNS: tuple[str, ...] = ("original", "swap", "paste", "only-fg", "no-fg", "only-bg", "mixed-same", "mixed-rand",
                             "mixed-next", "noise-fg", "noise-bg", "adversarial", "ghost", "ghost-neutral",
-                            "swap-unghosted", "refill")
+                            "swap-unghosted", "refill", "swap-bgonly")
 #: Statistics of the fill control: their intervals rest on the photos with a refill alone.
 FILL_STATISTICS: tuple[str, ...] = ("hard_refilled", "fill_bias", "background_part_fill_corrected")
+#: Statistics of the fill control that needs no fill: their intervals rest on the photos with a swap-bgonly alone.
+BGONLY_STATISTICS: tuple[str, ...] = ("hard_on_easy_bgonly", "background_part_bgonly", "fill_effect")
 #: Statistics whose overall value is taken over the classes where all three are defined.
 DECOMPOSITION: tuple[str, ...] = ("drop", "background_part", "rest")
 _COL = {name: i for i, name in enumerate(COLUMNS)}
@@ -86,19 +96,27 @@ _POOLED = {"only_fg": "only-fg", "no_fg": "no-fg", "only_bg": "only-bg", "mixed_
 @dataclass
 class PhotoTable:
     """Per photo: id, class, group, one value per :data:`COLUMNS` (NaN: no such image scored) and
-    the number of its scored refills (the fill control; None: zero for every photo)."""
+    the number of its scored refills (the fill control; None: zero for every photo) and of its scored
+    swap-bgonly images (the fill control that needs no fill; None: zero for every photo)."""
 
     photo_ids: list[str]
     classes: np.ndarray  # (n,) int
     groups: np.ndarray  # (n,) object: "easy" | "hard"
     values: np.ndarray  # (n, len(COLUMNS)) float
     refills: np.ndarray | None = None  # (n,) int
+    bgonly: np.ndarray | None = None  # (n,) int
 
     def refills_of(self, class_index: int, group: str = "hard") -> int:
         """How many scored refills one (class, group) cell has."""
         if self.refills is None:
             return 0
         return int(self.refills[(self.classes == class_index) & (self.groups == group)].sum())
+
+    def bgonly_of(self, class_index: int, group: str = "hard") -> int:
+        """How many scored swap-bgonly images one (class, group) cell has."""
+        if self.bgonly is None:
+            return 0
+        return int(self.bgonly[(self.classes == class_index) & (self.groups == group)].sum())
 
     def cell(self, class_index: int, group: str) -> np.ndarray:
         """The value rows of one (class, group) cell."""
@@ -127,7 +145,8 @@ def photo_table(variant_rows: Sequence[Mapping[str, Any]], correct: Mapping[str,
             values[i, _COL[variant]] = float(all(outcomes)) if variant == "adversarial" else float(np.mean(outcomes))
     return PhotoTable(ids, np.array([meta[p][0] for p in ids], dtype=np.int64),
                       np.array([meta[p][1] for p in ids], dtype=object), values,
-                      np.array([len(per_photo[p].get("refill", ())) for p in ids], dtype=np.int64))
+                      np.array([len(per_photo[p].get("refill", ())) for p in ids], dtype=np.int64),
+                      np.array([len(per_photo[p].get("swap-bgonly", ())) for p in ids], dtype=np.int64))
 
 
 def rfs(noisy_bg: float, noisy_fg: float) -> float:
@@ -180,6 +199,9 @@ def _class_stats(easy: np.ndarray, hard: np.ndarray) -> dict[str, np.ndarray]:
     s["hard_refilled"] = _mean(hard, "refill")
     s["fill_bias"] = _paired(hard, "refill", "original")
     s["background_part_fill_corrected"] = s["background_part"] - s["fill_bias"]
+    s["hard_on_easy_bgonly"] = _mean(hard, "swap-bgonly")
+    s["background_part_bgonly"] = s["hard_on_easy_bgonly"] - s["hard"]
+    s["fill_effect"] = _paired(hard, "swap", "swap-bgonly")
     s["bg_gap"] = s["mixed_same"] - s["mixed_rand"]
     a = (s["noisy_bg"] + s["noisy_fg"]) / 2
     room = 2 * np.minimum(a, 1 - a)
@@ -199,6 +221,7 @@ class ClassAttribution:
     intervals: dict[str, tuple[float, float]]
     reason: str = ""
     n_refills: int = 0  # scored refills of its hard photos (the fill control)
+    n_bgonly: int = 0  # scored swap-bgonly images of its hard photos (the fill control that needs no fill)
 
 
 def _reason(n_easy: int, n_hard: int, values: Mapping[str, float]) -> str:
@@ -242,12 +265,12 @@ def attribute(table: PhotoTable, *, n_boot: int = 1000, seed: int = 0, level: fl
     boot = {c: {k: np.concatenate(v) if v else np.full(0, np.nan) for k, v in replicates[c].items()} for c in classes}
     for c in classes:
         n_easy, n_hard = len(cells[c, "easy"]), len(cells[c, "hard"])
-        sizes = {k: [n_easy, n_hard] + ([_refilled_photos(cells[c, "hard"])] if k in FILL_STATISTICS else [])
-                 for k in STATISTICS}
+        sizes = {k: [n_easy, n_hard] + _control_sizes(k, cells[c, "hard"]) for k in STATISTICS}
         per_class.append(ClassAttribution(c, n_easy, n_hard, point[c],  # the interval rule: curate.metrics.bootstrap
                                           {k: allowed_or_nan(_interval(boot[c][k], level), sizes[k])
                                            for k in STATISTICS},
-                                          _reason(n_easy, n_hard, point[c]), table.refills_of(c)))
+                                          _reason(n_easy, n_hard, point[c]), table.refills_of(c),
+                                          table.bgonly_of(c)))
     decomposed = [c for c in classes if all(math.isfinite(point[c][k]) for k in DECOMPOSITION)]
     overall: dict[str, float] = {}
     overall_ci: dict[str, tuple[float, float]] = {}
@@ -263,14 +286,19 @@ def attribute(table: PhotoTable, *, n_boot: int = 1000, seed: int = 0, level: fl
             overall_ci[k] = allowed_or_nan(_interval(np.nanmean(np.where(np.isfinite(stacked), stacked, np.nan), axis=0)
                                                      if stacked.size else np.full(0, np.nan), level),
                                            [len(cells[c, g]) for c in use for g in ("easy", "hard")]
-                                           + ([sum(_refilled_photos(cells[c, "hard"]) for c in use)]
-                                              if k in FILL_STATISTICS else []))
+                                           + [sum(n) for n in zip(*(_control_sizes(k, cells[c, "hard"]) for c in use))])
     return per_class, overall, overall_ci, len(decomposed)
 
 
-def _refilled_photos(rows: np.ndarray) -> int:
-    """How many photos of a cell have a scored refill (the fill control)."""
-    return int(np.isfinite(rows[:, _COL["refill"]]).sum())
+def _control_sizes(statistic: str, hard: np.ndarray) -> list[int]:
+    """The photo counts a control's interval also rests on (beyond the class's easy and hard counts): the
+    hard photos with a scored refill (the fill control) or with both a swap and a swap-bgonly (the fill
+    control that needs no fill); none for the other statistics."""
+    if statistic in FILL_STATISTICS:
+        return [int(np.isfinite(hard[:, _COL["refill"]]).sum())]
+    if statistic in BGONLY_STATISTICS:
+        return [int((np.isfinite(hard[:, _COL["swap"]]) & np.isfinite(hard[:, _COL["swap-bgonly"]])).sum())]
+    return []
 
 
 def _interval(values: np.ndarray, level: float) -> tuple[float, float]:

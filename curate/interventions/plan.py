@@ -74,6 +74,10 @@ COVER_GRID = 32
 DONOR_VARIANTS: tuple[str, ...] = ("mixed-same", "mixed-rand", "mixed-next", "swap", "adversarial")
 #: A fixed code per variant for the seeded draws (never renumber: plans would change).
 VARIANT_CODES: dict[str, int] = {name: i for i, name in enumerate(VARIANTS)}
+#: ``swap-bgonly`` (a hard object on a photo of its swap donor's background alone) is made only when
+#: background-alone photos are given (:mod:`curate.interventions.background_photos`), so it is no name of
+#: :data:`VARIANTS`; its seeded draws have a code of their own after theirs.
+VARIANT_CODES["swap-bgonly"] = len(VARIANTS)
 
 
 def parse_variants(names: Sequence[str] | str | None) -> tuple[str, ...]:

@@ -9,7 +9,8 @@ Files (``runs/<name>/`` of the intervention folder; docs/design.md#interventions
 - ``attribution.json``: per model ``overall`` (each statistic of
   :data:`STATISTICS` with its interval), ``classes_used`` (classes
   in the overall decomposition) and ``classes`` (per class: photo counts, values, intervals,
-  ``n_refills`` (scored refills, the fill control), ``reason`` when the decomposition is undefined,
+  ``n_refills`` (scored refills, the fill control), ``n_bgonly`` (scored swap-bgonly images, the fill
+  control that needs no fill; null in a record older than version 3), ``reason`` when the decomposition is undefined,
   ``flag`` when a control is beyond the threshold);
 - ``attribution.md`` / ``attribution.csv``: the tables people read (points, 95% intervals).
 
@@ -30,7 +31,7 @@ from curate.runs.base import RunRecord, read_result_json, write_bytes
 from curate.runs.registry import register_run_kind
 
 __all__ = ["STATISTICS", "AttributionRun", "ModelAttribution", "ClassRow", "DECOMPOSITION_NOTE", "GHOST_NOTE",
-           "GHOST_FLAG", "DECOMPOSITION_COLUMNS", "CLASS_COLUMNS"]
+           "GHOST_FLAG", "FILL_EFFECT_FLAG", "DECOMPOSITION_COLUMNS", "CLASS_COLUMNS"]
 
 #: The statistics of a class and of the whole set, in the order tables show them (computed by
 #: :func:`curate.interventions.attribution.attribute`; defined here, below it, since the record stores them).
@@ -38,7 +39,8 @@ STATISTICS: tuple[str, ...] = ("easy", "hard", "drop", "hard_on_easy", "backgrou
                                "background_part_reverse", "paste_cost", "only_fg", "no_fg", "only_bg", "mixed_same",
                                "mixed_rand", "mixed_next", "bg_gap", "noisy_fg", "noisy_bg", "rfs", "adversarial",
                                "ghost", "ghost_neutral", "hard_on_easy_unghosted", "background_part_unghosted",
-                               "ghost_bias", "hard_refilled", "fill_bias", "background_part_fill_corrected")
+                               "ghost_bias", "hard_refilled", "fill_bias", "background_part_fill_corrected",
+                               "hard_on_easy_bgonly", "background_part_bgonly", "fill_effect")
 #: The fill control's statistics of a version 1 record (B over all swaps - B over covered swaps): another
 #: statistic under the same name, so a version 1 record is read with the fill control undefined.
 OLD_FILL_STATISTICS: tuple[str, ...] = ("hard_on_easy_covered", "background_part_covered", "fill_bias")
@@ -55,21 +57,27 @@ DECOMPOSITION_NOTE = (
     "object's mask in the mean colour, against chance. The fill control (refill - original) needs no truth: each "
     "hard photo with the part of its swap donor's hole that the object leaves showing filled the same way from its "
     "own background, against the photo itself, paired: what the visible fill adds to B, whichever fill; B "
-    "fill-corrected = B - fill control; refills n counts the scored refills.")
+    "fill-corrected = B - fill control; refills n counts the scored refills. The fill effect (B - B bg-alone) needs "
+    "photos of the easy backgrounds alone (curate intervene --background-photos): each hard object also pasted on "
+    "such a photo, no hole and nothing filled, paired per photo: what the donors' filled backgrounds add to B; "
+    "bg-alone n counts those images.")
 #: The decomposition table's columns (CLI, attribution.md, the report).
 DECOMPOSITION_COLUMNS: tuple[str, ...] = ("model", "label space", "drop D", "background B", "rest D - B",
                                           "paste control", "ghost control", "B unghosted", "fill control",
-                                          "B fill-corrected", "refills n", "classes", "flagged")
+                                          "B fill-corrected", "refills n", "fill effect", "B bg-alone",
+                                          "bg-alone n", "classes", "flagged")
 #: The per-class table's columns (CLI ``--classes``, attribution.md, the report).
 CLASS_COLUMNS: tuple[str, ...] = ("class", "easy n", "hard n", "easy", "hard", "D", "B", "rest", "paste control",
                                   "ghost control", "B unghosted", "fill control", "B fill-corrected", "refills n",
-                                  "note")
+                                  "fill effect", "B bg-alone", "bg-alone n", "note")
 #: One line under the anchors' table (docs/interventions.md#the-ghost-control).
 GHOST_NOTE = ("ghost / ghost-neutral beside chance mean little for a model that reads the background: an easy "
               "background of the class names the class with no outline at all, so a high ghost accuracy can be the "
               "background and a low one does not clear the hole; read the ghost control (B - B unghosted), not them.")
 #: What a class's flag starts with when the ghost control flagged it (:func:`curate.stages.attribution`).
 GHOST_FLAG = "ghost control:"
+#: What a class's flag starts with when the fill control that needs no fill flagged it.
+FILL_EFFECT_FLAG = "fill effect:"
 
 
 def _f(x: Any) -> float:
@@ -97,10 +105,12 @@ class ClassRow:
     reason: str = ""
     flag: str = ""
     n_refills: int = 0  # scored refills of its hard photos (the fill control)
+    n_bgonly: int | None = None  # scored swap-bgonly images (the fill control that needs no fill; None: not measured)
 
     def to_dict(self) -> dict[str, Any]:
         return {"class_index": self.class_index, "class_name": self.class_name, "n_easy": self.n_easy,
-                "n_hard": self.n_hard, "n_refills": self.n_refills, "reason": self.reason, "flag": self.flag,
+                "n_hard": self.n_hard, "n_refills": self.n_refills, "n_bgonly": self.n_bgonly, "reason": self.reason,
+                "flag": self.flag,
                 "values": {k: _clean(v) for k, v in self.values.items()},
                 "intervals": {k: [_clean(a), _clean(b)] for k, (a, b) in self.intervals.items()}}
 
@@ -109,7 +119,8 @@ class ClassRow:
         return cls(int(d["class_index"]), str(d.get("class_name") or ""), int(d.get("n_easy") or 0),
                    int(d.get("n_hard") or 0), {k: _f(v) for k, v in (d.get("values") or {}).items()},
                    {k: _pair(v) for k, v in (d.get("intervals") or {}).items()}, str(d.get("reason") or ""),
-                   str(d.get("flag") or ""), int(d.get("n_refills") or 0))
+                   str(d.get("flag") or ""), int(d.get("n_refills") or 0),
+                   None if d.get("n_bgonly") is None else int(d["n_bgonly"]))
 
     @property
     def label(self) -> str:
@@ -161,6 +172,12 @@ class ModelAttribution:
         return sum(c.n_refills for c in self.classes)
 
     @property
+    def n_bgonly(self) -> int | None:
+        """Scored swap-bgonly images over every class (None: a record older than version 3)."""
+        counts = [c.n_bgonly for c in self.classes if c.n_bgonly is not None]
+        return sum(counts) if counts else None
+
+    @property
     def flagged(self) -> list[ClassRow]:
         """Classes whose paste control loses more than the threshold."""
         return [c for c in self.classes if c.flag]
@@ -177,7 +194,9 @@ class AttributionRun(RunRecord):
     """Config and results of one ``curate attribution`` (see the module docstring)."""
 
     KIND: ClassVar[str] = "attribution"
-    VERSION: ClassVar[int] = 2  # 2: the fill control is refill - original (was B - B over covered swaps)
+    # 2: the fill control is refill - original (was B - B over covered swaps); 3: the fill effect (B - B on
+    # photos of the backgrounds alone), its B and counts (undefined in older records)
+    VERSION: ClassVar[int] = 3
     RESULTS: ClassVar[str] = "attribution.json"
     MARKDOWN: ClassVar[str] = "attribution.md"
     CSV: ClassVar[str] = "attribution.csv"
@@ -202,7 +221,8 @@ class AttributionRun(RunRecord):
     @classmethod
     def migrate(cls, config: dict[str, Any], version: int) -> dict[str, Any]:
         """Version 1 measured its fill control otherwise (B over covered swaps, ``covered_below``): that
-        setting goes, and :meth:`_read` leaves the old statistics out (the fill control reads undefined)."""
+        setting goes, and :meth:`_read` leaves the old statistics out (the fill control reads undefined).
+        Versions 1 and 2 have no fill effect: its statistics read NaN and its counts None."""
         settings = dict(config.get("settings") or {})
         settings.pop("covered_below", None)
         return {**config, "settings": settings, "migrated_from": version}
@@ -255,7 +275,9 @@ class AttributionRun(RunRecord):
                                                    for k in ("drop", "background_part", "rest", "paste_cost",
                                                              "ghost_bias", "background_part_unghosted", "fill_bias",
                                                              "background_part_fill_corrected")),
-                         str(m.n_refills), str(m.classes_used), str(len(m.flagged))])
+                         str(m.n_refills), *(_cell(m.value(k), m.interval(k))
+                                             for k in ("fill_effect", "background_part_bgonly")),
+                         _count(m.n_bgonly), str(m.classes_used), str(len(m.flagged))])
         return rows
 
     def anchor_rows(self) -> list[list[str]]:
@@ -285,7 +307,8 @@ class AttributionRun(RunRecord):
                          pct(c.values.get("hard", math.nan)), cell("drop"), cell("background_part"), cell("rest"),
                          pct(c.values.get("paste_cost", math.nan), signed=True), cell("ghost_bias"),
                          cell("background_part_unghosted"), cell("fill_bias"), cell("background_part_fill_corrected"),
-                         str(c.n_refills), c.flag or c.reason or ""])
+                         str(c.n_refills), cell("fill_effect"), cell("background_part_bgonly"), _count(c.n_bgonly),
+                         c.flag or c.reason or ""])
         return rows
 
     def markdown(self) -> str:
@@ -295,7 +318,7 @@ class AttributionRun(RunRecord):
                  f"(noise sigma {self.intervention.get('sigma')} on the [0, 1] scale). Points (percentage points, 95% "
                  f"paired bootstrap intervals, {self.settings.get('n_boot')} replicates). A class is flagged when the "
                  f"paste control loses, or the ghost control moves B by, more than {100 * self.threshold:.0f} "
-                 "points, or the fill control does and its interval excludes 0.", "",
+                 "points, or the fill control or the fill effect does and its interval excludes 0.", "",
                  md_table(list(DECOMPOSITION_COLUMNS), self.decomposition_rows()), "",
                  "Backgrounds Challenge and Hard ImageNet numbers (accuracy in %, RFS in [-1, 1]; chance = one "
                  "guess among the candidate labels):", "",
@@ -312,7 +335,7 @@ class AttributionRun(RunRecord):
         """``attribution.csv``: one row per (model, class) and an ``all`` row per model, every statistic."""
         buffer = io.StringIO()
         writer = csv.writer(buffer, lineterminator="\n")
-        header = ["run", "model", "class_index", "class_name", "n_easy", "n_hard", "n_refills"]
+        header = ["run", "model", "class_index", "class_name", "n_easy", "n_hard", "n_refills", "n_bgonly"]
         for k in STATISTICS:
             header += [k, f"{k}_low", f"{k}_high"]
         writer.writerow(header + ["reason", "flag"])
@@ -325,10 +348,11 @@ class AttributionRun(RunRecord):
                 return out
 
             writer.writerow([m.run, m.model, "all", "", sum(c.n_easy for c in m.classes),
-                             sum(c.n_hard for c in m.classes), m.n_refills, *values(m.overall, m.overall_ci), "", ""])
+                             sum(c.n_hard for c in m.classes), m.n_refills, _count(m.n_bgonly),
+                             *values(m.overall, m.overall_ci), "", ""])
             for c in m.classes:
                 writer.writerow([m.run, m.model, c.class_index, c.class_name, c.n_easy, c.n_hard, c.n_refills,
-                                 *values(c.values, c.intervals), c.reason, c.flag])
+                                 _count(c.n_bgonly), *values(c.values, c.intervals), c.reason, c.flag])
         return buffer.getvalue()
 
 
@@ -343,6 +367,11 @@ def _without_old_fill(model: ModelAttribution) -> ModelAttribution:
     return replace(model, overall=keep(model.overall), overall_ci=keep(model.overall_ci),
                    classes=tuple(replace(c, values=keep(c.values), intervals=keep(c.intervals), flag=flag(c.flag))
                                  for c in model.classes))
+
+
+def _count(n: int | None) -> str:
+    """A count, or '' where it was not measured (a record older than the statistic)."""
+    return "" if n is None else str(n)
 
 
 def _num(x: float) -> str:

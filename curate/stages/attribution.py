@@ -15,7 +15,10 @@ against B on the same donors with their holes' bounding boxes filled, no outline
 object left): its B holds class evidence the filled hole carries. And so is a class whose fill
 control (each hard photo with what its swaps show of the donors' filled holes filled the same way
 from its own background, against the photo itself) is beyond the threshold with its interval clear
-of 0: the visible fill, whichever it is, moves its B.
+of 0: the visible fill, whichever it is, moves its B. And so is a class whose fill effect (B over the
+swaps minus B over the same hard objects on photos of the easy backgrounds alone, paired; only where
+the intervention was given such photos) moves B by more than the threshold with its interval clear of
+0 (two sets of photos of one background differ by chance: docs/results.md#the-fill-control-where-the-fill-acts).
 """
 from __future__ import annotations
 
@@ -27,7 +30,7 @@ from typing import Any
 
 from curate.interventions.attribution import attribute, photo_table
 from curate.progress import Progress, phase
-from curate.runs.attribution import GHOST_FLAG, AttributionRun, ClassRow, ModelAttribution
+from curate.runs.attribution import FILL_EFFECT_FLAG, GHOST_FLAG, AttributionRun, ClassRow, ModelAttribution
 from curate.runs.base import RunError, iter_runs, write_bytes
 from curate.runs.evaluation import EvaluationRun
 from curate.runs.interventions import InterventionRun
@@ -35,7 +38,7 @@ from curate.runs.lookup import named_run
 from curate.shell import suggest
 from curate.stages.common import claim_run_dir, open_dataset, run_stage
 
-__all__ = ["AttributionSettings", "attribution"]
+__all__ = ["AttributionSettings", "attribution", "class_flag"]
 
 logger = logging.getLogger(__name__)
 
@@ -119,7 +122,7 @@ def attribution(dataset: Any, runs: Any = None, settings: AttributionSettings | 
         classes, overall, overall_ci, used = attribute(table, n_boot=settings.n_boot, seed=settings.seed,
                                                        level=settings.level, progress=counted)
         rows = tuple(ClassRow(c.class_index, names[c.class_index], c.n_easy, c.n_hard, c.values, c.intervals,
-                              c.reason, _flag(c.values, c.intervals, settings), c.n_refills)
+                              c.reason, class_flag(c.values, c.intervals, settings), c.n_refills, c.n_bgonly)
                      for c in classes)
         models.append(ModelAttribution(run.name, run.model_label, run.model_id, run.family, run.label_space_name,
                                        run.chance, overall, overall_ci, used, rows))
@@ -137,9 +140,11 @@ def attribution(dataset: Any, runs: Any = None, settings: AttributionSettings | 
     return record
 
 
-def _flag(values: dict[str, float], intervals: dict[str, tuple[float, float]], settings: AttributionSettings) -> str:
+def class_flag(values: dict[str, float], intervals: dict[str, tuple[float, float]], settings: AttributionSettings) -> str:
     """Why a class's B is not to be trusted as it is: the paste control, the ghost control, the fill control
-    (beyond the threshold with its interval clear of 0: a few covered swaps move it by chance), or several."""
+    (beyond the threshold with its interval clear of 0: a few covered swaps move it by chance), the fill effect
+    (the same rule: the background-alone photos are other texture draws than the donors', measured in
+    tests/test_fill_control_world.py), or several."""
     threshold = settings.control_threshold
     flags = []
     paste_cost = values.get("paste_cost", math.nan)
@@ -158,4 +163,11 @@ def _flag(values: dict[str, float], intervals: dict[str, tuple[float, float]], s
                      f"by {100 * fill_bias:+.1f} points (> {100 * threshold:.0f}, interval {100 * low:+.1f} to "
                      f"{100 * high:+.1f}); B fill-corrected is "
                      f"{100 * values.get('background_part_fill_corrected', math.nan):+.1f}")
+    fill_effect = values.get("fill_effect", math.nan)
+    low, high = intervals.get("fill_effect", (math.nan, math.nan))
+    if math.isfinite(fill_effect) and abs(fill_effect) > threshold and (low > 0 or high < 0):
+        flags.append(f"{FILL_EFFECT_FLAG} the donors' filled backgrounds move B by {100 * fill_effect:+.1f} points "
+                     f"against photos of the same backgrounds alone (> {100 * threshold:.0f}, interval "
+                     f"{100 * low:+.1f} to {100 * high:+.1f}); B on those photos is "
+                     f"{100 * values.get('background_part_bgonly', math.nan):+.1f}")
     return "; ".join(flags)

@@ -52,6 +52,13 @@ import numpy as np
 from PIL import Image
 
 from curate.interventions import image_ops as ops
+from curate.interventions.background_photos import (
+    BACKGROUND_ALONE_VARIANT,
+    BackgroundPhotos,
+    choose,
+    load_background_photos,
+)
+from curate.interventions.background_photos import decode as decode_photo
 from curate.interventions.plan import (
     GHOST_VARIANTS,
     MATCHES,
@@ -104,7 +111,10 @@ class InterveneSettings:
     ``fill``: how a hole is filled (:data:`curate.interventions.image_ops.FILLS`). ``match``: donors
     by how much of their hole the object covers (``cover``) or by object size (``size``,
     :func:`curate.interventions.plan.plan_donors`). ``max_uncovered``: a donor whose hole the object
-    leaves more than this share of is not used (None: no cap).
+    leaves more than this share of is not used (None: no cap). ``background_photos``: a dataset folder of
+    photos of backgrounds alone (:mod:`curate.interventions.background_photos`); with it every hard swap
+    also brings ``swap-bgonly``, the hard object on a photo of its donor's background alone (the fill
+    control that needs no fill; stored resolved, None: none).
     """
 
     variants: tuple[str, ...] = field(default_factory=lambda: parse_variants(None))
@@ -119,6 +129,7 @@ class InterveneSettings:
     fill: str = "tile"
     match: str = "cover"
     max_uncovered: float | None = None
+    background_photos: str | None = None
     statuses: tuple[str, ...] = ("candidate", "accepted")
     allow_model_masks: bool = False
     allow_restricted_licenses: bool = False
@@ -146,6 +157,10 @@ class InterveneSettings:
             raise ValueError(f"--donor-match must be one of {', '.join(MATCHES)}, got {self.match!r}")
         if self.max_uncovered is not None and not 0.0 <= self.max_uncovered <= 1.0:
             raise ValueError(f"--max-uncovered is a share of the donor's hole in [0, 1], got {self.max_uncovered}")
+        if self.background_photos is not None:
+            if "swap" not in self.variants:
+                raise ValueError("--background-photos makes swap-bgonly beside each hard swap: ask for the swap variant")
+            object.__setattr__(self, "background_photos", str(Path(self.background_photos).expanduser().resolve()))
 
     def to_dict(self) -> dict[str, Any]:
         """The settings that decide the images (``workers`` does not, so it is not recorded)."""
@@ -286,7 +301,7 @@ def finish_command(source: Path, out: Path, settings: InterveneSettings, run_nam
         words += ["--variants", ",".join(v for v in settings.variants if v != "original" and v not in implied)
                   or "original"]
     for option in ("seed", "swaps", "adversarial_backgrounds", "hole_margin", "sigma", "per_cell", "fill",
-                   "max_uncovered"):
+                   "max_uncovered", "background_photos"):
         if getattr(settings, option) != getattr(default, option):
             words += [f"--{option.replace('_', '-')}", str(getattr(settings, option))]
     for flag in ("allow_model_masks", "allow_restricted_licenses"):
@@ -334,16 +349,30 @@ def intervene(dataset: Any, out: str | Path, settings: InterveneSettings | None 
     plan, missing = plan_donors(sources, settings.variants, seed=settings.seed, swaps=settings.swaps,
                                 match_pool=settings.match_pool, adversarial=adversarial, match=settings.match,
                                 max_uncovered=settings.max_uncovered)
+    alone = _background_photos(ds, settings, plan, photos_ok)  # checked whole before anything is written
     target = _open_out(ds, out, identity, name)
     with run_lock(target.root, name, purpose="intervene"):  # one writer of the folder's record at a time
         return _make(ds, target, settings, name, identity, sources, photos_ok, plan, missing, adversarial, skipped,
-                     masks, progress)
+                     masks, progress, alone)
+
+
+def _background_photos(ds: Any, settings: InterveneSettings, plan: list[Assignment],
+                       photos_ok: list[dict[str, Any]]) -> BackgroundPhotos | None:
+    """The background-alone photos of ``settings.background_photos``, checked against the easy backgrounds
+    the hard swaps' donors show (None: none asked for)."""
+    if settings.background_photos is None:
+        return None
+    backgrounds = {r["sample_id"]: r["background"] for r in photos_ok}
+    needed = sorted({str(backgrounds[a.donor.sample_id]) for a in plan
+                     if a.variant == "swap" and a.source.group == "hard" and backgrounds.get(a.donor.sample_id)})
+    return load_background_photos(settings.background_photos, list(ds.backgrounds), needed,
+                                  allow_restricted=settings.allow_restricted_licenses)
 
 
 def _make(ds: Any, target: Any, settings: InterveneSettings, name: str, identity: dict[str, Any],
           sources: list[Source], photos_ok: list[dict[str, Any]], plan: list[Assignment], missing: dict[str, int],
-          adversarial: list[Source], skipped: Counter, masks: MaskCounts, progress: Progress | None
-          ) -> InterventionRun:
+          adversarial: list[Source], skipped: Counter, masks: MaskCounts, progress: Progress | None,
+          alone: BackgroundPhotos | None = None) -> InterventionRun:
     """Write the images into ``target`` and then the record (:func:`intervene`, under the run's lock)."""
     # the folder's identity before its first image: an interrupted run (images committed, no record)
     # is then recognised, and finished, by the same call; until the record is written the folder
@@ -353,7 +382,7 @@ def _make(ds: Any, target: Any, settings: InterveneSettings, name: str, identity
     by_source: dict[str, list[Assignment]] = {}
     for assignment in plan:
         by_source.setdefault(assignment.source.sample_id, []).append(assignment)
-    maker = _Maker(ds, settings, {r["sample_id"]: r for r in photos_ok})
+    maker = _Maker(ds, settings, {r["sample_id"]: r for r in photos_ok}, alone)
     variant_rows: list[dict[str, Any]] = []
 
     def items() -> Iterator[Any]:
@@ -396,6 +425,9 @@ def _make(ds: Any, target: Any, settings: InterveneSettings, name: str, identity
         "source": {"root": str(ds.root.resolve()), "name": ds.name, "split": settings.split},
         "settings": settings.to_dict(), "counts": counts, "masks": masks.as_dict(),
         "adversarial_set": [s.sample_id for s in adversarial], "truth": False,
+        **({"background_photos": {"root": alone.root, "name": alone.name, "usable": alone.count(),
+                                  "by_background": {k: len(v) for k, v in alone.by_background.items()},
+                                  "skipped": alone.skipped}} if alone is not None else {}),
     }, variants_rows=table)
     run_dir = prepare_run_dir(target.root, name, overwrite=True)
     record.write(run_dir)
@@ -432,9 +464,11 @@ def _sources(ds: Any, rows: list[dict[str, Any]], settings: InterveneSettings, s
 class _Maker:
     """Makes the images of one photo (its own variants and its donor variants)."""
 
-    def __init__(self, ds: Any, settings: InterveneSettings, rows: dict[str, dict[str, Any]]) -> None:
-        self.ds, self.settings, self.rows = ds, settings, rows
+    def __init__(self, ds: Any, settings: InterveneSettings, rows: dict[str, dict[str, Any]],
+                 alone: BackgroundPhotos | None = None) -> None:
+        self.ds, self.settings, self.rows, self.alone = ds, settings, rows, alone
         self.photo = functools.lru_cache(maxsize=DONOR_CACHE)(self._photo)
+        self.background_alone = functools.lru_cache(maxsize=DONOR_CACHE)(decode_photo)
 
     def _photo(self, sample_id: str) -> _Photo | str:
         try:
@@ -493,8 +527,9 @@ class _Maker:
         """The donor variant's image and, beside a hard photo's swap, its ghost control on the same
         donor: ``ghost`` (the donor's only-bg as it enters the swap, nothing pasted), ``ghost-neutral``
         (the object's mask in the background's mean colour) and ``swap-unghosted`` (the object on the
-        donor's background with the hole's bounding box filled: no outline of the donor's object); and
-        its fill control ``refill`` (:func:`_refill`)."""
+        donor's background with the hole's bounding box filled: no outline of the donor's object); its
+        fill control ``refill`` (:func:`_refill`); and, with background-alone photos, ``swap-bgonly``
+        (:meth:`_background_alone`)."""
         donor = self.photo(assignment.donor.sample_id)
         if isinstance(donor, str) or donor.filled is None:
             skipped[f"donor_unusable:{assignment.variant}"] += 1
@@ -523,6 +558,8 @@ class _Maker:
                     skipped["refill_no_background"] += 1
                 else:
                     made.append(("refill", *_refill(photo, shown, self.settings.fill)))
+            if self.alone is not None:
+                yield from self._background_alone(photo, assignment, donor.row["background"], skipped)
         for variant, image, filled, method in made:
             # the ghost shows the donor's pixels only: its licence is the donor's (two photos may share it);
             # the refill shows the photo's own pixels only (the donor lends its hole's shape, no pixel)
@@ -536,8 +573,31 @@ class _Maker:
             row["uncovered"] = uncovered
             yield sample, row
 
+    def _background_alone(self, photo: _Photo, assignment: Assignment, background: str, skipped: Counter
+                          ) -> Iterator[tuple[Any, dict[str, Any]]]:
+        """``swap-bgonly`` of one hard swap: the object pasted, exactly along its mask, on a photo of the
+        swap donor's background alone (:func:`curate.interventions.background_photos.choose`), fitted as a
+        donor's only-bg is (``fit_background``): no hole, nothing filled. Its row names the photo
+        (``donor_sample_id``), its licence is both parents' (``derivative_licence``)."""
+        assert self.alone is not None
+        chosen = choose(self.alone, background, photo.row["sample_id"], photo.row["license"], assignment.k,
+                        self.settings.seed)
+        if chosen is None:
+            skipped["bgonly_licence_incompatible"] += 1
+            return
+        picked, licence = chosen
+        fitted = ops.fit_background(self.background_alone(picked.path), photo.mask.shape)
+        bg_row = {"sample_id": picked.sample_id, "license": picked.license, "attribution": picked.attribution,
+                  "background_source": picked.background_source}
+        sample, row = self._sample(photo, BACKGROUND_ALONE_VARIANT, ops.png_bytes(ops.paste(photo.image, photo.mask,
+                                                                                             fitted)),
+                                   replace(assignment, license=licence), picked.background, bg_row, filled=(0.0, None))
+        sample.extra["intervention"]["background_photos"] = self.alone.name
+        row.update(donor_sample_id=picked.sample_id, donor_class_index=None, donor_group=None, fill=None)
+        yield sample, row
+
     def _sample(self, photo: _Photo, variant: str, data: bytes, assignment: Assignment | None, background: str | None,
-                donor_row: dict[str, Any] | None, *, filled: tuple[float, str] | None = None,
+                donor_row: dict[str, Any] | None, *, filled: tuple[float, str | None] | None = None,
                 with_mask: bool = True) -> tuple[Any, dict[str, Any]]:
         from curate.store import NewSample
 
