@@ -28,6 +28,12 @@ fill moves nothing): tarantula with the gap's sign and B fill-corrected 2.4 poin
 was 7.3 away), but agama with the wrong sign (filling R on agama's flat hard backgrounds costs 21.8 points;
 on the busy easy donors the same fill adds 8.9): the fill's effect depends on the background around it, and
 the refill measures it on the hard photo's background, not the donor's. That part is a strict xfail.
+
+The second fill control needs no fill: beside each hard swap the hard object on a photo of the donor's
+easy background alone (``swap-bgonly``, ``--background-photos``; here 60 photos of each background from
+:func:`curate.collect.synthetic.collect_synthetic_backgrounds`); fill effect = swap - swap-bgonly, paired.
+It flags three of the four classes the fill moves, agama with the right sign, and nothing on the control
+world; it misses lion (a strict xfail), and it rests on the draw of background photos (last section).
 """
 from __future__ import annotations
 
@@ -45,6 +51,7 @@ from curate.collect.synthetic import (
     WorldSpec,
     assign_truth_groups,
     collect_synthetic,
+    collect_synthetic_backgrounds,
     generate_sample,
     render_counterfactual,
     vignette_light,
@@ -52,7 +59,7 @@ from curate.collect.synthetic import (
 )
 from curate.interventions import image_ops as ops
 from curate.interventions.worlds import source_index, world_spec, write_truth
-from curate.runs.attribution import ClassRow, ModelAttribution
+from curate.runs.attribution import FILL_EFFECT_FLAG, ClassRow, ModelAttribution
 from curate.runs.evaluation import EvaluationRun
 from curate.runs.interventions import InterventionRun
 from curate.stages.attribution import AttributionSettings, attribution
@@ -220,14 +227,16 @@ def _row(model: ModelAttribution, class_index: int) -> ClassRow:
 def _measure(root: Path, spec: WorldSpec) -> Measured:
     world = collect_synthetic(root / "world", spec)
     assign_truth_groups(world)
-    intervene(world, root / "tiled", SWAPS)
+    collect_synthetic_backgrounds(root / "alone", spec, spec.per_class)  # as many of each background as a class has
+    intervene(world, root / "tiled", replace(SWAPS, background_photos=str(root / "alone")))
     write_truth(world, root / "tiled", root / "real", same_donors=True)
     reader = ShapeReader([c.shape for c in spec.classes])
     models, correct, rows = {}, {}, {}
     for name in ("tiled", "real"):
         rows[name] = InterventionRun.of_folder(root / name).rows()
         scored = sorted({r["sample_id"] for r in rows[name]
-                         if r["variant"] == "original" or (r["variant"] in ("swap", "refill") and r["group"] == "hard")})
+                         if r["variant"] == "original" or (r["variant"] in ("swap", "refill", "swap-bgonly")
+                                                           and r["group"] == "hard")})
         write_evaluation(root / name, reader, [c.imagenet_index for c in spec.classes], scored)
         correct[name] = EvaluationRun.load(root / name / "runs" / "reader").correct1_by_sample()
         models[name] = attribution(root / name, ["reader"], AttributionSettings(n_boot=500), run_name="a").models[0]
@@ -249,13 +258,16 @@ def control_world(tmp_path_factory) -> Measured:
 
 
 def _report(m: Measured) -> str:
+    """Per class: B, the real B, the refill control and B fill-corrected, the fill effect and B bg-alone, counts."""
     def cell(c: ClassRow, k: str) -> str:
         return (f"{100 * c.values[k]:+.1f} [{100 * c.intervals[k][0]:+.1f}, {100 * c.intervals[k][1]:+.1f}]")
 
     return "; ".join(f"{c.class_index}: B {100 * c.values['background_part']:+.1f} real "
                      f"{cell(_row(m.real, c.class_index), 'background_part')} fill control "
                      f"{cell(c, 'fill_bias')} B fill-corrected {100 * c.values['background_part_fill_corrected']:+.1f}"
-                     f" ({c.n_refills} refills){' flagged' if 'fill control' in c.flag else ''}"
+                     f" ({c.n_refills} refills){' flagged' if 'fill control' in c.flag else ''}, fill effect "
+                     f"{cell(c, 'fill_effect')} B bg-alone {100 * c.values['background_part_bgonly']:+.1f} "
+                     f"({c.n_bgonly} bg-alone){' flagged' if FILL_EFFECT_FLAG in c.flag else ''}"
                      for c in m.tiled.classes)
 
 
@@ -264,15 +276,17 @@ def _moved(m: Measured) -> list[int]:
     return [c.class_index for c in m.tiled.classes if abs(m.gap(c.class_index)) > THRESHOLD]
 
 
-def _flagged(m: Measured) -> list[int]:
-    return [c.class_index for c in m.tiled.classes if "fill control" in c.flag]
+def _flagged(m: Measured, marker: str = "fill control") -> list[int]:
+    """The classes whose flag names the control ``marker`` (the refill's, or FILL_EFFECT_FLAG)."""
+    return [c.class_index for c in m.tiled.classes if marker in c.flag]
 
 
-def _recovers(m: Measured, class_index: int) -> bool:
-    """The fill control has the gap's sign and B fill-corrected is nearer the real B than B is."""
+def _recovers(m: Measured, class_index: int, control: str = "fill_bias",
+              corrected: str = "background_part_fill_corrected") -> bool:
+    """The control has the gap's sign and its corrected B is nearer the real B than B is."""
     row, real = _row(m.tiled, class_index), _row(m.real, class_index).values["background_part"]
-    return (np.sign(row.values["fill_bias"]) == np.sign(m.gap(class_index))
-            and abs(row.values["background_part_fill_corrected"] - real) < abs(m.gap(class_index)))
+    return (np.sign(row.values[control]) == np.sign(m.gap(class_index))
+            and abs(row.values[corrected] - real) < abs(m.gap(class_index)))
 
 
 @pytest.mark.slow
@@ -358,3 +372,67 @@ def test_on_the_control_world_the_fill_control_flags_nothing(control_world) -> N
     [-10.5, -0.8], for a difference its covered donors showed with nothing filled). Measured: the largest
     refill control is +4.2 [-3.5, +12.2] (vulture); lion +3.5 [+0.0, +7.6] touches 0 and is under the threshold."""
     assert not _flagged(control_world), _report(control_world)
+
+
+# ---------------------------------------------------------------------------------------------
+# The fill control that needs no fill: the hard objects on photos of the easy backgrounds alone
+# ---------------------------------------------------------------------------------------------
+
+#: The fill effect's statistics in :func:`_recovers`'s terms.
+BGONLY = ("fill_effect", "background_part_bgonly")
+
+
+@pytest.mark.slow
+def test_on_the_vignette_world_the_fill_effect_flags_classes_the_fill_moves_with_their_sign_agama_included(
+        fill_world) -> None:
+    """The fill control that needs no fill: beside each hard swap, the hard object on a photo of the donor's
+    easy background alone (``swap-bgonly``: the world's texture and vignette, no object, no hole, nothing
+    filled; 60 photos of each background, a class's count). Fill effect = swap - swap-bgonly paired per
+    photo; flagged beyond the threshold with its interval clear of 0. Measured (2026-11-29), per class: B,
+    B bg-alone, the real B (same donors' own backgrounds), fill effect (gap = B - real):
+
+    - vulture +13.2, +16.0, +16.0: -2.8 [-12.2, +7.3] (gap -2.8);
+    - agama -38.7, -48.4, -47.6: +9.7 [+4.0, +16.1], flagged (gap +8.9: the right sign, where the refill
+      control read -21.8);
+    - tarantula -17.7, -7.3, -10.5: -10.5 [-18.5, -3.6], flagged (gap -7.3);
+    - black swan +20.2, +26.9, +26.9: -6.7 [-14.0, -1.0], flagged (gap -6.7);
+    - lion -9.7, -7.6, -2.8: -2.1 [-10.4, +5.6] (gap -6.9: missed, the next test);
+    - polar bear +27.5, +30.8, +28.3: -3.3 [-7.5, +0.8] (gap -0.8);
+
+    104 to 144 background-alone swaps a class (one per hard swap). Three of the four classes the fill moves
+    flagged, each with the gap's sign and B bg-alone nearer the real B than B; no other class."""
+    print(_report(fill_world))  # the figures above, with `pytest -s`
+    recovered = {c: _recovers(fill_world, c, *BGONLY) for c in _flagged(fill_world, FILL_EFFECT_FLAG)}
+    assert 42 in recovered and len(recovered) >= 3 and all(recovered.values()), _report(fill_world)
+    assert set(recovered) <= set(_moved(fill_world)), _report(fill_world)
+    assert {c.n_bgonly - SWAPS.swaps * c.n_hard for c in fill_world.tiled.classes} == {0}  # one a hard swap
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="measured (issue 45): the fill effect misses lion (-2.1 [-10.4, +5.6] against "
+                   "a gap of -6.9): photos of grass alone are other texture draws than the donors'; see the test's "
+                   "docstring and docs/results.md#the-fill-control-where-the-fill-acts")
+def test_the_fill_effect_flags_every_class_the_fill_moves(fill_world) -> None:
+    """Every class the fill moves flagged, with B bg-alone nearer the real B than B. Measured: not lion, whose
+    fill effect is -2.1 [-10.4, +5.6] for a gap of -6.9: B bg-alone (-7.6) is 4.8 points from the real B (-2.8),
+    B (-9.7) 6.9. The background-alone photos are other draws of the grass texture than the donors' own, and
+    at about 30 hard photos a class, four swaps each, two sets of draws of one background differ by several
+    points by chance (on the control world the tiled fill, which moves nothing there, is up to 4.8 points from
+    the donors' own backgrounds)."""
+    missed = [c for c in _moved(fill_world)
+              if FILL_EFFECT_FLAG not in _row(fill_world.tiled, c).flag or not _recovers(fill_world, c, *BGONLY)]
+    assert not missed, _report(fill_world)
+
+
+@pytest.mark.slow
+def test_on_the_control_world_the_fill_effect_flags_nothing(control_world) -> None:
+    """Where the fill changes nothing, the fill effect flags nothing. Measured (2026-11-29; B, B bg-alone, real,
+    fill effect): vulture +27.1, +18.8, +24.3, +8.3 [-0.7, +17.4] (beyond the threshold, its interval holding 0:
+    chance, not the fill); agama -1.6; tarantula +1.6; black swan -4.8 [-10.6, +0.0]; lion +0.7; polar bear +0.0.
+    It rests on the draw of background photos: with 12 of each background agama read +9.7 [+4.8, +14.9] and
+    with 48 black swan -7.7 [-15.9, -1.0], each flagged here where the fill moves nothing (the bootstrap
+    resamples the hard photos, not the background photos, whose draw it does not see)."""
+    print(_report(control_world))
+    assert not _flagged(control_world, FILL_EFFECT_FLAG), _report(control_world)
+    assert all(c.n_bgonly == SWAPS.swaps * c.n_hard for c in control_world.tiled.classes)
+    assert all(c.n_bgonly is None or c.n_bgonly == 0 for c in control_world.real.classes)

@@ -580,6 +580,9 @@ class _Maker:
         donor's only-bg is (``fit_background``): no hole, nothing filled. Its row names the photo
         (``donor_sample_id``), its licence is both parents' (``derivative_licence``)."""
         assert self.alone is not None
+        if not background:  # a donor without a background label: no photo of "its" background to take
+            skipped["bgonly_donor_unlabelled"] += 1
+            return
         chosen = choose(self.alone, background, photo.row["sample_id"], photo.row["license"], assignment.k,
                         self.settings.seed)
         if chosen is None:
