@@ -154,3 +154,19 @@ def test_cli_collect_backgrounds_only_and_intervene_with_them(made, tmp_path, mo
                                "--background-photos", "nowhere"])
     assert bad.exit_code == 1 and "not a dataset folder" in bad.output
     assert len(bad.output.strip().splitlines()) == 1 and not (tmp_path / "bad").exists()
+
+
+def test_an_earlier_folder_is_still_the_same_intervention_and_an_unlabelled_donor_is_counted(made, tmp_path) -> None:
+    """Without background photos the recorded settings are as before the option existed (a folder made then is
+    re-run, not refused); a hard swap whose donor has no background label gets no swap-bgonly, counted."""
+    assert "background_photos" not in InterveneSettings().to_dict()
+    world = Dataset.open(made / "world")
+    easy = [r["sample_id"] for r in world.rows() if r["group"] == "easy" and r["class_index"] == SPEC.classes[0].imagenet_index]
+    copy = collect_synthetic(tmp_path / "world", SPEC)
+    assign_truth_groups(copy)
+    copy.update(easy, per_sample={sid: {"background": None} for sid in easy}, actor="test", reason="unlabelled")
+    record = intervene(copy, tmp_path / "out", InterveneSettings(variants="swap", background_photos=str(made / "alone")))
+    hard = {r["source_sample_id"] for r in record.rows() if r["variant"] == "swap" and r["group"] == "hard"
+            and r["class_index"] == SPEC.classes[0].imagenet_index}
+    assert hard and record.counts["skipped_sources"]["bgonly_donor_unlabelled"] == len(hard)
+    assert not {r["source_sample_id"] for r in record.rows() if r["variant"] == "swap-bgonly"} & hard

@@ -163,10 +163,13 @@ class InterveneSettings:
             object.__setattr__(self, "background_photos", str(Path(self.background_photos).expanduser().resolve()))
 
     def to_dict(self) -> dict[str, Any]:
-        """The settings that decide the images (``workers`` does not, so it is not recorded)."""
+        """The settings that decide the images (``workers`` does not, so it is not recorded; nor is
+        ``background_photos`` when None, so a folder made before it existed is still this intervention)."""
         data = asdict(self)
         data["variants"], data["statuses"] = list(self.variants), list(self.statuses)
         del data["workers"]
+        if data["background_photos"] is None:
+            del data["background_photos"]
         return data
 
 
