@@ -12,6 +12,7 @@ import hashlib
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pytest
 from click.testing import CliRunner
 from PIL import Image
@@ -31,6 +32,8 @@ from curate.collect.synthetic import (
 )
 from curate.collect.world_draw import background_texture
 from curate.interventions import image_ops as ops
+from curate.runs.attribution import AttributionRun
+from curate.runs.evaluation import EvaluationRun
 from curate.runs.interventions import InterventionRun
 from curate.stages.intervene import InterveneSettings, finish_command, intervene
 from curate.store import Dataset, NewSample
@@ -170,3 +173,54 @@ def test_an_earlier_folder_is_still_the_same_intervention_and_an_unlabelled_dono
             and r["class_index"] == SPEC.classes[0].imagenet_index}
     assert hard and record.counts["skipped_sources"]["bgonly_donor_unlabelled"] == len(hard)
     assert not {r["source_sample_id"] for r in record.rows() if r["variant"] == "swap-bgonly"} & hard
+
+
+def _planted_evaluation(folder: Path, wrong: set[str]) -> None:
+    """An evaluation run on ``folder`` right on every image but those of the variants ``wrong``."""
+    record = InterventionRun.of_folder(folder)
+    variants = {r["sample_id"]: r["variant"] for r in record.rows()}
+    rows = Dataset.open(folder).rows()
+    correct = [variants.get(r["sample_id"]) not in wrong for r in rows]
+    table = pa.table({"sample_id": [r["sample_id"] for r in rows], "class_index": [r["class_index"] for r in rows],
+                      "group": [r["group"] for r in rows], "background": [r["background"] for r in rows],
+                      "topk_labels": [[r["class_index"] if ok else 0] for r, ok in zip(rows, correct)],
+                      "topk_scores": [[1.0] for _ in rows], "correct1": correct, "correct5": correct})
+    EvaluationRun(model={"name": "planted", "pretrained": None, "model_id": "hand:planted", "family": "clip"},
+                  label_space={"name": "imagenet1k"}, prompts={"name": "none", "templates": []}, settings={},
+                  dataset={}, predictions_table=table,
+                  metrics={"overall": {}, "label_space": "imagenet1k", "candidates_per_sample": 3},
+                  ).write(folder / "runs" / "planted")
+
+
+def test_cli_attribution_prints_and_flags_the_fill_effect_wherever_the_ghost_control_is(made, tmp_path,
+                                                                                       monkeypatch) -> None:
+    """A model planted right on every image but the swap-bgonly ones: fill effect = swap - swap-bgonly = +100
+    points in every class (each photo 1 - 0, so the interval is [100, 100]), B bg-alone = -100; flagged where
+    the interval rule gives an interval (this small world has classes with one easy or one hard photo: there it
+    is withheld and the class is not flagged); in the CLI's tables and flags, attribution.md, .csv, the report."""
+    monkeypatch.chdir(tmp_path)
+    intervene(made / "world", tmp_path / "out", InterveneSettings(variants="swap", swaps=2,
+                                                                  background_photos=str(made / "alone")))
+    _planted_evaluation(tmp_path / "out", {"swap-bgonly"})
+    runner = CliRunner(env={"COLUMNS": "250"})
+    result = runner.invoke(main, ["-q", "attribution", "out", "--runs", "planted", "--bootstrap", "50", "--classes",
+                                  "--run-name", "a"])
+    assert result.exit_code == 0, result.output
+    assert "fill effect" in result.output and "B bg-alone" in result.output and "bg-alone n" in result.output
+    run = AttributionRun.load(tmp_path / "out" / "runs" / "a")
+    model = run.models[0]
+    assert model.value("fill_effect") == 1.0 and model.value("background_part_bgonly") == -1.0
+    withheld = [c for c in model.classes if np.isnan(c.intervals["fill_effect"][0])]  # a cell under the minimum
+    flagged = [c for c in model.classes if c.flag.startswith("fill effect:")]
+    assert flagged and all(c.intervals["fill_effect"] == (1.0, 1.0) for c in flagged)
+    assert withheld and all(c.values["fill_effect"] == 1.0 and not c.flag for c in withheld)
+    assert len(flagged) + len(withheld) == len(model.classes)
+    rows = InterventionRun.of_folder(tmp_path / "out").rows()
+    hard_swaps = sum(1 for r in rows if r["variant"] == "swap" and r["group"] == "hard")
+    assert model.n_bgonly == sum(c.n_bgonly for c in model.classes) == hard_swaps  # one a hard swap
+    assert "+100.0 points" in result.output
+    assert "| fill effect | B bg-alone | bg-alone n |" in (tmp_path / "out" / "runs" / "a" / "attribution.md").read_text()
+    assert "n_bgonly" in (tmp_path / "out" / "runs" / "a" / "attribution.csv").read_text().splitlines()[0]
+    report = runner.invoke(main, ["-q", "report", "out", "--out", "rep"])
+    assert report.exit_code == 0, report.output
+    assert "fill effect" in next(Path("rep").glob("*.md")).read_text()
