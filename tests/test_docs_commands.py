@@ -55,9 +55,9 @@ FENCE = re.compile(r"^```(\w+)?([^\n]*)\n(.*?)^```", re.M | re.S)
 #: Only sizes and steps change (:func:`test_tiny_substitutions_change_only_sizes`).
 TINY: tuple[tuple[str, str], ...] = (
     (r"^(curate collect synthetic world/ .*)--per-class \d+", r"\1--per-class 100"),
-    (r"^(curate collect synthetic eval/ .*)--per-class \d+", r"\1--per-class 90"),  # 15 per background
+    (r"^(curate collect synthetic eval/ .*)--per-class \d+", r"\1--per-class 60"),  # 10 per background
     (r"--per-class 500\b", "--per-class 100"),
-    (r"^(curate train-reference .*)$", r"\1 --steps 40 --batch-size 64"),
+    (r"^(curate train-reference .*)$", r"\1 --steps 20 --batch-size 32"),
     (r"--limit \d+", "--limit 8"),
     (r"--samples \d+", "--samples 2"),
     (r"^(curate intervene .*)--per-cell \d+", r"\1--per-cell 4"),
