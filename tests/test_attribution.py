@@ -16,7 +16,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from curate.interventions.attribution import COLUMNS, STATISTICS, PhotoTable, attribute, photo_table, rfs
+from curate.interventions.attribution import (
+    BGONLY_STATISTICS,
+    COLUMNS,
+    STATISTICS,
+    PhotoTable,
+    attribute,
+    photo_table,
+    rfs,
+)
 from curate.licenses import derivative_licence
 from curate.runs.attribution import AttributionRun, ClassRow, ModelAttribution
 from curate.runs.base import RunError
@@ -290,6 +298,104 @@ def test_photo_table_counts_a_photos_background_alone_swaps() -> None:
     table = photo_table(rows, correct)
     assert table.values[0, COLUMNS.index("swap-bgonly")] == 0.5
     assert list(table.bgonly) == [2] and table.bgonly_of(0) == 2 and table.bgonly_of(0, "easy") == 0
+
+
+def _crossed_rows(outcomes: list[list[tuple[str, bool]]], swaps: list[bool], label_of: dict[str, str] | None = None
+                  ) -> tuple[list[dict], dict[str, bool]]:
+    """Variant rows and correctness for one class: four easy photos (3 right) and, per hard photo i, its original
+    (right when i is odd), one swap (``swaps[i]``) and one swap-bgonly per (background photo, outcome) in
+    ``outcomes[i]``; a background photo's label is ``label_of`` (default: all "grass")."""
+    rows, correct = [], {}
+
+    def add(sid: str, variant: str, photo: str, group: str, ok: bool, **more: object) -> None:
+        rows.append({"sample_id": sid, "variant": variant, "source_sample_id": photo, "class_index": 0,
+                     "group": group, "k": 0, **more})
+        correct[sid] = ok
+
+    for i in range(4):
+        add(f"e{i}", "original", f"easy{i}", "easy", i > 0)
+    for i, (images, swap) in enumerate(zip(outcomes, swaps)):
+        add(f"h{i}", "original", f"hard{i}", "hard", i % 2 == 1)
+        add(f"s{i}", "swap", f"hard{i}", "hard", swap)
+        for j, (photo, ok) in enumerate(images):
+            add(f"b{i}-{j}", "swap-bgonly", f"hard{i}", "hard", ok, donor_sample_id=photo,
+                background=(label_of or {}).get(photo, "grass"))
+    return rows, correct
+
+
+def _photo_only(table: PhotoTable) -> PhotoTable:
+    """The same table without its images' background photos: the bgonly statistics resample the photos alone."""
+    return PhotoTable(table.photo_ids, table.classes, table.groups, table.values, table.refills, table.bgonly)
+
+
+def test_photo_table_keeps_each_background_alone_images_photo_for_the_crossed_bootstrap() -> None:
+    """Issue 45: each scored swap-bgonly image with its hard photo, outcome, background photo and its label; none
+    kept when an image lacks its background photo (``donor_sample_id``)."""
+    rows, correct = _crossed_rows([[("g1", True), ("g0", False)], [("g1", False)]], [True, True],
+                                  {"g0": "grass", "g1": "sand"})
+    table = photo_table(rows, correct)
+    images = table.bgonly_images
+    assert images is not None and images.background_photo_ids == ["g0", "g1"]
+    assert images.background_labels == ["grass", "sand"] and images.photos_per_label() == {"grass": 1, "sand": 1}
+    hard = [table.photo_ids.index("hard0"), table.photo_ids.index("hard0"), table.photo_ids.index("hard1")]
+    assert list(images.photo) == hard and list(images.correct) == [1.0, 0.0, 0.0]
+    assert list(images.background_photo) == [1, 0, 1]
+    del rows[-1]["donor_sample_id"]
+    assert photo_table(rows, correct).bgonly_images is None
+
+
+def test_the_crossed_bootstrap_widens_the_fill_effect_where_one_background_photo_carries_it() -> None:
+    """Issue 45: 20 hard photos, each swap right and each on the three photos of its donor's background alone,
+    wrong on g0 and right on g1, g2: swap-bgonly = 2/3 on every photo, fill effect = 1/3 with no spread over the
+    photos, so resampling the photos alone gives [1/3, 1/3], clear of 0, although g0 alone carries it. The
+    crossed bootstrap also draws the three background photos: g0 is left out with probability (2/3)^3 = 0.30,
+    and then the fill effect is 0, so its interval starts at 0. The other statistics are unchanged, byte for byte."""
+    rows, correct = _crossed_rows([[("g0", False), ("g1", True), ("g2", True)]] * 20, [True] * 20)
+    crossed = photo_table(rows, correct)
+    classes, overall, overall_ci, _ = attribute(crossed, n_boot=400, seed=3)
+    plain, plain_overall, plain_ci, _ = attribute(_photo_only(crossed), n_boot=400, seed=3)
+    row, flat = classes[0], plain[0]
+    assert row.values["fill_effect"] == pytest.approx(1 / 3) == flat.values["fill_effect"]
+    assert flat.intervals["fill_effect"] == pytest.approx((1 / 3, 1 / 3))
+    low, high = row.intervals["fill_effect"]
+    assert low <= 0.0 and high >= 1 / 3 and high - low > 0.3
+    assert row.intervals["hard_on_easy_bgonly"][1] - row.intervals["hard_on_easy_bgonly"][0] > (
+        flat.intervals["hard_on_easy_bgonly"][1] - flat.intervals["hard_on_easy_bgonly"][0])
+    assert overall_ci["fill_effect"] == row.intervals["fill_effect"]  # one class: its replicates
+    others = [k for k in STATISTICS if k not in BGONLY_STATISTICS]
+
+    def text(values: dict) -> str:  # exact float repr, NaN included
+        return json.dumps(values, sort_keys=True)
+
+    assert text(row.values) == text(flat.values) and text(overall) == text(plain_overall)
+    assert text({k: row.intervals[k] for k in others}) == text({k: flat.intervals[k] for k in others})
+    assert text({k: overall_ci[k] for k in others}) == text({k: plain_ci[k] for k in others})
+
+
+def test_the_crossed_bootstrap_is_the_photo_bootstrap_where_the_background_photos_do_not_differ() -> None:
+    """Issue 45, the checkable case: each hard photo's outcome is the same on every background photo and each
+    photo shows all three photos of its background (at least one is drawn in every replicate), so drawing the
+    background photos moves no photo's swap-bgonly value: the crossed intervals are the photo bootstrap's."""
+    rows, correct = _crossed_rows([[(g, i % 3 == 0) for g in ("g0", "g1", "g2")] for i in range(12)],
+                                  [i % 4 != 0 for i in range(12)])
+    crossed = photo_table(rows, correct)
+    (row,), _, overall_ci, _ = attribute(crossed, n_boot=300, seed=5)
+    (flat,), _, plain_ci, _ = attribute(_photo_only(crossed), n_boot=300, seed=5)
+    for k in BGONLY_STATISTICS:
+        assert row.intervals[k][1] > row.intervals[k][0]
+        np.testing.assert_allclose(row.intervals[k], flat.intervals[k], rtol=0, atol=1e-12)
+        np.testing.assert_allclose(overall_ci[k], plain_ci[k], rtol=0, atol=1e-12)
+
+
+def test_a_background_with_one_photo_alone_gives_the_fill_effect_no_interval() -> None:
+    """Issue 45: with every swap-bgonly image on one photo of the background, that photo's draw cannot be resampled
+    (it never moves): the interval rule withholds the bgonly intervals (the values stay), as for a cell of one
+    photo; the class's other intervals are given."""
+    rows, correct = _crossed_rows([[("g0", i % 2 == 0)] for i in range(10)], [True] * 10)
+    (row,), overall, overall_ci, _ = attribute(photo_table(rows, correct), n_boot=100, seed=0)
+    assert row.values["fill_effect"] == pytest.approx(0.5) and overall["fill_effect"] == pytest.approx(0.5)
+    assert all(math.isnan(x) for k in BGONLY_STATISTICS for x in row.intervals[k] + overall_ci[k])
+    assert row.intervals["background_part"][1] > row.intervals["background_part"][0]
 
 
 def test_photo_table_averages_a_photos_refills_and_counts_them() -> None:

@@ -32,8 +32,11 @@ the refill measures it on the hard photo's background, not the donor's. That par
 The second fill control needs no fill: beside each hard swap the hard object on a photo of the donor's
 easy background alone (``swap-bgonly``, ``--background-photos``; here 60 photos of each background from
 :func:`curate.collect.synthetic.collect_synthetic_backgrounds`); fill effect = swap - swap-bgonly, paired.
-It flags three of the four classes the fill moves, agama with the right sign, and nothing on the control
-world; it misses lion (a strict xfail), and it rests on the draw of background photos (last section).
+Its interval is crossed: it resamples the hard photos and the background-alone photos (issue 45: resampling the
+photos alone, a chance draw of 12 or 48 background photos was flagged on the control world). It flags two of the
+four classes the fill moves, agama with the right sign, and nothing on the control world at 60 or 48 photos of
+each background; it misses black swan and lion (a strict xfail), and at 12 photos it still flags agama on the
+control world (a strict xfail, last test).
 """
 from __future__ import annotations
 
@@ -209,6 +212,7 @@ class Measured:
     tiled: ModelAttribution
     real: ModelAttribution
     swaps: list[tuple[int, float, bool, bool]]
+    root: Path = Path()  # the folder the world and its interventions were made in
 
     def gap(self, class_index: int) -> float:
         """B with the tiled fill minus B on the same donors' real backgrounds, one class."""
@@ -244,7 +248,21 @@ def _measure(root: Path, spec: WorldSpec) -> Measured:
     swaps = [(r["class_index"], r["uncovered"], correct["tiled"][r["sample_id"]],
               correct["real"][real[r["source_sample_id"], r["k"]]])
              for r in rows["tiled"] if r["variant"] == "swap" and r["group"] == "hard"]
-    return Measured(models["tiled"], models["real"], swaps)
+    return Measured(models["tiled"], models["real"], swaps, root)
+
+
+def _fill_effect_at(root: Path, spec: WorldSpec, photos: int) -> ModelAttribution:
+    """The world made in ``root`` intervened on again with ``photos`` photos of each background alone (the
+    first ``photos`` of the 60 :func:`_measure` draws: the swaps and their donors are the same, only the
+    swap-bgonly images change), scored by the reader and decomposed."""
+    alone, out = root / f"alone{photos}", root / f"tiled{photos}"
+    collect_synthetic_backgrounds(alone, spec, photos)
+    intervene(root / "world", out, replace(SWAPS, background_photos=str(alone)))
+    scored = sorted({r["sample_id"] for r in InterventionRun.of_folder(out).rows()
+                     if r["variant"] == "original" or (r["variant"] in ("swap", "swap-bgonly") and r["group"] == "hard")})
+    write_evaluation(out, ShapeReader([c.shape for c in spec.classes]), [c.imagenet_index for c in spec.classes],
+                     scored)
+    return attribution(out, ["reader"], AttributionSettings(n_boot=500), run_name="a").models[0]
 
 
 @pytest.fixture(scope="module")
@@ -388,33 +406,37 @@ def test_on_the_vignette_world_the_fill_effect_flags_classes_the_fill_moves_with
     """The fill control that needs no fill: beside each hard swap, the hard object on a photo of the donor's
     easy background alone (``swap-bgonly``: the world's texture and vignette, no object, no hole, nothing
     filled; 60 photos of each background, a class's count). Fill effect = swap - swap-bgonly paired per
-    photo; flagged beyond the threshold with its interval clear of 0. Measured (2026-11-29), per class: B,
-    B bg-alone, the real B (same donors' own backgrounds), fill effect (gap = B - real):
+    photo; flagged beyond the threshold with its interval clear of 0, the interval crossed (hard photos and
+    background-alone photos resampled). Measured (2026-11-29), per class: B, B bg-alone, the real B (same
+    donors' own backgrounds), fill effect crossed (photo-only interval before it; gap = B - real):
 
-    - vulture +13.2, +16.0, +16.0: -2.8 [-12.2, +7.3] (gap -2.8);
-    - agama -38.7, -48.4, -47.6: +9.7 [+4.0, +16.1], flagged (gap +8.9: the right sign, where the refill
-      control read -21.8);
-    - tarantula -17.7, -7.3, -10.5: -10.5 [-18.5, -3.6], flagged (gap -7.3);
-    - black swan +20.2, +26.9, +26.9: -6.7 [-14.0, -1.0], flagged (gap -6.7);
-    - lion -9.7, -7.6, -2.8: -2.1 [-10.4, +5.6] (gap -6.9: missed, the next test);
-    - polar bear +27.5, +30.8, +28.3: -3.3 [-7.5, +0.8] (gap -0.8);
+    - vulture +13.2, +16.0, +16.0: -2.8 [-18.6, +11.2] ([-12.2, +7.3]; gap -2.8);
+    - agama -38.7, -48.4, -47.6: +9.7 [+0.0, +19.0], flagged ([+4.0, +16.1]; gap +8.9: the right sign, where
+      the refill control read -21.8);
+    - tarantula -17.7, -7.3, -10.5: -10.5 [-22.0, -1.7], flagged ([-18.5, -3.6]; gap -7.3);
+    - black swan +20.2, +26.9, +26.9: -6.7 [-15.1, +0.9] ([-14.0, -1.0], flagged then; gap -6.7);
+    - lion -9.7, -7.6, -2.8: -2.1 [-12.1, +8.6] ([-10.4, +5.6]; gap -6.9: missed, the next test);
+    - polar bear +27.5, +30.8, +28.3: -3.3 [-9.1, +3.5] ([-7.5, +0.8]; gap -0.8);
 
-    104 to 144 background-alone swaps a class (one per hard swap). Three of the four classes the fill moves
-    flagged, each with the gap's sign and B bg-alone nearer the real B than B; no other class."""
+    104 to 144 background-alone swaps a class (one per hard swap). Two of the four classes the fill moves
+    flagged (three with the photo-only interval), each with the gap's sign and B bg-alone nearer the real B
+    than B; no other class."""
     print(_report(fill_world))  # the figures above, with `pytest -s`
     recovered = {c: _recovers(fill_world, c, *BGONLY) for c in _flagged(fill_world, FILL_EFFECT_FLAG)}
-    assert 42 in recovered and len(recovered) >= 3 and all(recovered.values()), _report(fill_world)
+    assert 42 in recovered and len(recovered) >= 2 and all(recovered.values()), _report(fill_world)
     assert set(recovered) <= set(_moved(fill_world)), _report(fill_world)
     assert {c.n_bgonly - SWAPS.swaps * c.n_hard for c in fill_world.tiled.classes} == {0}  # one a hard swap
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="measured (issue 45): the fill effect misses lion (-2.1 [-10.4, +5.6] against "
-                   "a gap of -6.9): photos of grass alone are other texture draws than the donors'; see the test's "
-                   "docstring and docs/results.md#the-fill-control-where-the-fill-acts")
+@pytest.mark.xfail(strict=True, reason="measured (issue 45): the fill effect misses lion (-2.1 [-12.1, +8.6] against "
+                   "a gap of -6.9: photos of grass alone are other texture draws than the donors') and, with its "
+                   "crossed interval, black swan (-6.7 [-15.1, +0.9]); see the test's docstring and "
+                   "docs/results.md#the-fill-control-where-the-fill-acts")
 def test_the_fill_effect_flags_every_class_the_fill_moves(fill_world) -> None:
-    """Every class the fill moves flagged, with B bg-alone nearer the real B than B. Measured: not lion, whose
-    fill effect is -2.1 [-10.4, +5.6] for a gap of -6.9: B bg-alone (-7.6) is 4.8 points from the real B (-2.8),
+    """Every class the fill moves flagged, with B bg-alone nearer the real B than B. Measured: not black swan
+    (-6.7 [-15.1, +0.9] for a gap of -6.7: the right value, but the crossed interval, which takes in the draw
+    of background photos, holds 0), nor lion, whose fill effect is -2.1 [-12.1, +8.6] for a gap of -6.9: B bg-alone (-7.6) is 4.8 points from the real B (-2.8),
     B (-9.7) 6.9. The background-alone photos are other draws of the grass texture than the donors' own, and
     at about 30 hard photos a class, four swaps each, two sets of draws of one background differ by several
     points by chance (on the control world the tiled fill, which moves nothing there, is up to 4.8 points from
@@ -427,12 +449,32 @@ def test_the_fill_effect_flags_every_class_the_fill_moves(fill_world) -> None:
 @pytest.mark.slow
 def test_on_the_control_world_the_fill_effect_flags_nothing(control_world) -> None:
     """Where the fill changes nothing, the fill effect flags nothing. Measured (2026-11-29; B, B bg-alone, real,
-    fill effect): vulture +27.1, +18.8, +24.3, +8.3 [-0.7, +17.4] (beyond the threshold, its interval holding 0:
-    chance, not the fill); agama -1.6; tarantula +1.6; black swan -4.8 [-10.6, +0.0]; lion +0.7; polar bear +0.0.
-    It rests on the draw of background photos: with 12 of each background agama read +9.7 [+4.8, +14.9] and
-    with 48 black swan -7.7 [-15.9, -1.0], each flagged here where the fill moves nothing (the bootstrap
-    resamples the hard photos, not the background photos, whose draw it does not see)."""
+    fill effect with the crossed interval): vulture +27.1, +18.8, +24.3, +8.3 [-7.1, +22.0] (photo-only
+    [-0.7, +17.4]; beyond the threshold, its interval holding 0: chance, not the fill); agama -1.6; tarantula
+    +1.6; black swan -4.8 [-13.4, +2.5]; lion +0.7; polar bear +0.0. Other draws of background photos: the
+    next test."""
     print(_report(control_world))
     assert not _flagged(control_world, FILL_EFFECT_FLAG), _report(control_world)
     assert all(c.n_bgonly == SWAPS.swaps * c.n_hard for c in control_world.tiled.classes)
     assert all(c.n_bgonly is None or c.n_bgonly == 0 for c in control_world.real.classes)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("photos", [pytest.param(12, marks=pytest.mark.xfail(
+    strict=True, reason="measured (issue 45): with 12 photos of each background the crossed interval still flags "
+    "agama on the control world, +9.7 [+2.3, +15.8] (photo-only [+4.8, +14.9]): B bg-alone -57.3 against the "
+    "donors' own backgrounds' -46.0; see the test's docstring"))])  # 48: measured, not run (each about 18 s more)
+def test_on_the_control_world_the_fill_effect_flags_nothing_at_other_draws_of_background_photos(control_world,
+                                                                                                 photos) -> None:
+    """The draw sensitivity: with 12 photos of each background alone the photo-only bootstrap flagged agama
+    (+9.7 [+4.8, +14.9]) and with 48 black swan (-7.7 [-15.9, -1.0]) where the fill moves nothing; the crossed
+    bootstrap (:mod:`curate.interventions.attribution`: the background-alone photos resampled too) takes that
+    draw in. Measured (2026-11-29): at 48 black swan reads -7.7 [-17.3, +0.6], nothing flagged (largest other
+    +4.8 [-6.2, +13.8], agama); at 12 agama still reads +9.7 [+2.3, +15.8], flagged (a strict xfail): its 12
+    photos give B bg-alone -57.3 where the donors' own backgrounds give -46.0 and the 60 photos -48.4, an 11-point
+    draw the crossed interval (half-width about 7) does not cover; nothing else flagged there. Each draw costs an
+    intervention, its scoring and its decomposition (17.6 s wall at load 1.4), so only 12, the case that failed, is run."""
+    model = _fill_effect_at(control_world.root, CONTROL_WORLD, photos)
+    print(photos, _report(Measured(model, control_world.real, [])))  # the figures above, with `pytest -s`
+    assert not [c.class_index for c in model.classes if FILL_EFFECT_FLAG in c.flag], _report(
+        Measured(model, control_world.real, []))

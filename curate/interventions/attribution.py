@@ -60,6 +60,18 @@ value, so D, B and the rest of one replicate come from the same photos (their in
 those of paired differences, not of independent groups). Deterministic for a seed. An interval
 resting on a cell of fewer than ``curate.metrics.bootstrap.MIN_CELL`` photos is NaN (the one
 interval rule, :func:`curate.metrics.bootstrap.interval_allowed`).
+
+The statistics that rest on swap-bgonly images (:data:`BGONLY_STATISTICS`) take a crossed bootstrap, as the
+background-alone photos are a sample too (Owen 2007, "The pigeonhole bootstrap", Ann. Appl. Stat. 1(2); McCullagh
+2000 on crossed designs): a replicate draws the hard photos as above (counts w_p, the same draw the other
+statistics use) and, independently, the background-alone photos, per background label, with replacement (counts
+u_b, one draw shared by every class of the replicate). Swap-bgonly image i of photo p on background photo b(i)
+with outcome y_i then weighs w_p u_b(i): swap-bgonly*(p) = sum_i u_b(i) y_i / sum_i u_b(i) over p's images,
+undefined (p drops out of that replicate's bgonly means) when every u_b(i) is 0; hard_on_easy_bgonly* =
+sum_p w_p swap-bgonly*(p) / sum_p w_p and fill_effect* = sum_p w_p (swap(p) - swap-bgonly*(p)) / sum_p w_p over
+the photos where defined; background_part_bgonly* = hard_on_easy_bgonly* - hard*. With every count 1 they are
+the point values. Without the images' background photos (a table made by hand) they resample the photos alone.
+Their interval also needs each background label the class's images use to hold ``MIN_CELL`` photos.
 """
 from __future__ import annotations
 
@@ -71,11 +83,11 @@ from typing import Any
 
 import numpy as np
 
-from curate.metrics.bootstrap import allowed_or_nan
+from curate.metrics.bootstrap import allowed_or_nan, level_counts, resample_counts
 from curate.runs.attribution import STATISTICS
 
-__all__ = ["COLUMNS", "STATISTICS", "DECOMPOSITION", "FILL_STATISTICS", "BGONLY_STATISTICS", "PhotoTable", "ClassAttribution",
-           "photo_table", "attribute", "rfs"]
+__all__ = ["COLUMNS", "STATISTICS", "DECOMPOSITION", "FILL_STATISTICS", "BGONLY_STATISTICS", "BackgroundAloneImages",
+           "PhotoTable", "ClassAttribution", "photo_table", "attribute", "rfs"]
 
 #: Per-photo value columns (variants), in order.
 COLUMNS: tuple[str, ...] = ("original", "swap", "paste", "only-fg", "no-fg", "only-bg", "mixed-same", "mixed-rand",
@@ -83,7 +95,7 @@ COLUMNS: tuple[str, ...] = ("original", "swap", "paste", "only-fg", "no-fg", "on
                             "swap-unghosted", "refill", "swap-bgonly")
 #: Statistics of the fill control: their intervals rest on the photos with a refill alone.
 FILL_STATISTICS: tuple[str, ...] = ("hard_refilled", "fill_bias", "background_part_fill_corrected")
-#: Statistics of the fill control that needs no fill: their intervals rest on the photos with a swap-bgonly alone.
+#: Statistics of the fill control that needs no fill: their intervals are the crossed bootstrap's (module docstring).
 BGONLY_STATISTICS: tuple[str, ...] = ("hard_on_easy_bgonly", "background_part_bgonly", "fill_effect")
 #: Statistics whose overall value is taken over the classes where all three are defined.
 DECOMPOSITION: tuple[str, ...] = ("drop", "background_part", "rest")
@@ -91,6 +103,27 @@ _COL = {name: i for i, name in enumerate(COLUMNS)}
 _POOLED = {"only_fg": "only-fg", "no_fg": "no-fg", "only_bg": "only-bg", "mixed_same": "mixed-same",
            "mixed_rand": "mixed-rand", "mixed_next": "mixed-next", "noisy_fg": "noise-fg", "noisy_bg": "noise-bg",
            "adversarial": "adversarial"}
+
+
+@dataclass
+class BackgroundAloneImages:
+    """The scored swap-bgonly images one by one, for the crossed bootstrap (module docstring): image i belongs to
+    photo ``photo[i]`` (a row of the :class:`PhotoTable`), was answered right (``correct[i]``: 1.0 or 0.0) and
+    shows background photo ``background_photo[i]``, an index into ``background_photo_ids`` (the rows'
+    ``donor_sample_id``), whose background label is ``background_labels`` at that index."""
+
+    photo: np.ndarray  # (m,) int
+    correct: np.ndarray  # (m,) float
+    background_photo: np.ndarray  # (m,) int
+    background_photo_ids: list[str]
+    background_labels: list[str]
+
+    def photos_per_label(self) -> dict[str, int]:
+        """How many background photos each label has among the images (the levels the bootstrap resamples)."""
+        out: dict[str, int] = {}
+        for label in self.background_labels:
+            out[label] = out.get(label, 0) + 1
+        return out
 
 
 @dataclass
@@ -105,6 +138,7 @@ class PhotoTable:
     values: np.ndarray  # (n, len(COLUMNS)) float
     refills: np.ndarray | None = None  # (n,) int
     bgonly: np.ndarray | None = None  # (n,) int
+    bgonly_images: BackgroundAloneImages | None = None  # None: the bgonly statistics resample the photos alone
 
     def refills_of(self, class_index: int, group: str = "hard") -> int:
         """How many scored refills one (class, group) cell has."""
@@ -131,6 +165,7 @@ def photo_table(variant_rows: Sequence[Mapping[str, Any]], correct: Mapping[str,
     against it)."""
     per_photo: dict[str, dict[str, list[bool]]] = {}
     meta: dict[str, tuple[int, str]] = {}
+    alone: list[tuple[str, bool, Any, Any]] = []  # swap-bgonly: (photo, correct, background photo, its label)
     for row in variant_rows:
         sid = row["sample_id"]
         if sid not in correct or row["variant"] not in _COL:
@@ -138,6 +173,8 @@ def photo_table(variant_rows: Sequence[Mapping[str, Any]], correct: Mapping[str,
         photo = str(row["source_sample_id"])
         per_photo.setdefault(photo, {}).setdefault(str(row["variant"]), []).append(bool(correct[sid]))
         meta[photo] = (int(row["class_index"]), str(row["group"]))
+        if row["variant"] == "swap-bgonly":
+            alone.append((photo, bool(correct[sid]), row.get("donor_sample_id"), row.get("background")))
     ids = sorted(p for p, variants in per_photo.items() if "original" in variants)
     values = np.full((len(ids), len(COLUMNS)), np.nan)
     for i, photo in enumerate(ids):
@@ -146,7 +183,26 @@ def photo_table(variant_rows: Sequence[Mapping[str, Any]], correct: Mapping[str,
     return PhotoTable(ids, np.array([meta[p][0] for p in ids], dtype=np.int64),
                       np.array([meta[p][1] for p in ids], dtype=object), values,
                       np.array([len(per_photo[p].get("refill", ())) for p in ids], dtype=np.int64),
-                      np.array([len(per_photo[p].get("swap-bgonly", ())) for p in ids], dtype=np.int64))
+                      np.array([len(per_photo[p].get("swap-bgonly", ())) for p in ids], dtype=np.int64),
+                      _background_alone_images(ids, alone))
+
+
+def _background_alone_images(ids: list[str], alone: list[tuple[str, bool, Any, Any]]) -> BackgroundAloneImages | None:
+    """The swap-bgonly images of the kept photos one by one; None when there are none or one lacks its background
+    photo (``donor_sample_id``): then the bgonly statistics resample the photos alone."""
+    row_of = {p: i for i, p in enumerate(ids)}
+    kept = [a for a in alone if a[0] in row_of]
+    if not kept or any(not a[2] for a in kept):
+        return None
+    labels: dict[str, str] = {}
+    for _, _, photo_id, label in kept:
+        labels.setdefault(str(photo_id), "" if label is None else str(label))
+    order = sorted(labels)
+    index = {b: j for j, b in enumerate(order)}
+    return BackgroundAloneImages(np.array([row_of[a[0]] for a in kept], dtype=np.int64),
+                                 np.array([float(a[1]) for a in kept]),
+                                 np.array([index[str(a[2])] for a in kept], dtype=np.int64), order,
+                                 [labels[b] for b in order])
 
 
 def rfs(noisy_bg: float, noisy_fg: float) -> float:
@@ -246,17 +302,29 @@ def attribute(table: PhotoTable, *, n_boot: int = 1000, seed: int = 0, level: fl
     cells = {(c, g): table.cell(c, g) for c in classes for g in ("easy", "hard")}
     point = {c: {k: float(v) for k, v in _class_stats(cells[c, "easy"], cells[c, "hard"]).items()} for c in classes}
     rng = np.random.default_rng(seed)
+    images = table.bgonly_images  # the crossed bootstrap's second factor, on its own stream (the rest as before)
+    bg_rng = np.random.default_rng(np.random.SeedSequence(seed).spawn(1)[0])
+    hard_rows = {c: np.flatnonzero((table.classes == c) & (table.groups == "hard")) for c in classes}
+    labels = _labels_used(images, hard_rows)
+    class_images = {c: _class_images(images, hard_rows[c]) for c in classes} if images is not None else {}
     replicates: dict[int, dict[str, list[np.ndarray]]] = {c: {k: [] for k in STATISTICS} for c in classes}
     done = 0
     while done < n_boot:
         size = min(chunk, n_boot - done)
+        background_counts = None if images is None else level_counts(bg_rng, images.background_labels, size)
         for c in classes:
-            drawn = {}
+            drawn, hard_idx = {}, np.zeros((size, 0), int)
             for g in ("easy", "hard"):
                 rows = cells[c, g]
                 idx = rng.integers(0, len(rows), size=(size, len(rows))) if len(rows) else np.zeros((size, 0), int)
                 drawn[g] = rows[idx] if len(rows) else np.full((size, 0, len(COLUMNS)), np.nan)
-            for k, v in _class_stats(drawn["easy"], drawn["hard"]).items():
+                hard_idx = idx if g == "hard" else hard_idx
+            stats = _class_stats(drawn["easy"], drawn["hard"])
+            if images is not None and background_counts is not None:
+                stats.update(_crossed_bgonly(cells[c, "hard"], class_images[c],
+                                             resample_counts(hard_idx, len(cells[c, "hard"])), background_counts,
+                                             stats["hard"]))
+            for k, v in stats.items():
                 replicates[c][k].append(np.asarray(v, dtype=float))
         done += size
         if progress is not None:
@@ -265,7 +333,8 @@ def attribute(table: PhotoTable, *, n_boot: int = 1000, seed: int = 0, level: fl
     boot = {c: {k: np.concatenate(v) if v else np.full(0, np.nan) for k, v in replicates[c].items()} for c in classes}
     for c in classes:
         n_easy, n_hard = len(cells[c, "easy"]), len(cells[c, "hard"])
-        sizes = {k: [n_easy, n_hard] + _control_sizes(k, cells[c, "hard"]) for k in STATISTICS}
+        sizes = {k: [n_easy, n_hard] + _control_sizes(k, cells[c, "hard"])
+                 + (list(labels[c].values()) if k in BGONLY_STATISTICS else []) for k in STATISTICS}
         per_class.append(ClassAttribution(c, n_easy, n_hard, point[c],  # the interval rule: curate.metrics.bootstrap
                                           {k: allowed_or_nan(_interval(boot[c][k], level), sizes[k])
                                            for k in STATISTICS},
@@ -286,8 +355,65 @@ def attribute(table: PhotoTable, *, n_boot: int = 1000, seed: int = 0, level: fl
             overall_ci[k] = allowed_or_nan(_interval(np.nanmean(np.where(np.isfinite(stacked), stacked, np.nan), axis=0)
                                                      if stacked.size else np.full(0, np.nan), level),
                                            [len(cells[c, g]) for c in use for g in ("easy", "hard")]
-                                           + [sum(n) for n in zip(*(_control_sizes(k, cells[c, "hard"]) for c in use))])
+                                           + [sum(n) for n in zip(*(_control_sizes(k, cells[c, "hard"]) for c in use))]
+                                           + ([n for c in use for n in labels[c].values()]
+                                              if k in BGONLY_STATISTICS else []))
     return per_class, overall, overall_ci, len(decomposed)
+
+
+def _labels_used(images: BackgroundAloneImages | None, hard_rows: Mapping[int, np.ndarray]) -> dict[int, dict[str, int]]:
+    """Per class: the background labels its hard photos' swap-bgonly images show, each with its number of
+    background photos (the levels the crossed bootstrap resamples; the interval rule counts them)."""
+    if images is None:
+        return {c: {} for c in hard_rows}
+    per_label = images.photos_per_label()
+    out = {}
+    for c, rows in hard_rows.items():
+        shown = images.background_photo[np.isin(images.photo, rows)]
+        out[c] = {label: per_label[label] for label in sorted({images.background_labels[b] for b in shown})}
+    return out
+
+
+def _class_images(images: BackgroundAloneImages, hard_rows: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The swap-bgonly images of one class's hard photos (rows ``hard_rows`` of the table), sorted by photo:
+    (the photo's position in the class's hard cell, outcome, background photo, where each photo's images start)."""
+    local = np.full(max(int(images.photo.max()), int(hard_rows.max(initial=0))) + 1, -1)
+    local[hard_rows] = np.arange(hard_rows.size)
+    mine = local[images.photo]
+    keep = np.flatnonzero(mine >= 0)
+    keep = keep[np.argsort(mine[keep], kind="stable")]
+    photo = mine[keep]
+    return photo, images.correct[keep], images.background_photo[keep], np.flatnonzero(np.r_[True, photo[1:] != photo[:-1]])
+
+
+def _crossed_bgonly(hard: np.ndarray, mine: tuple[np.ndarray, ...], photo_counts: np.ndarray,
+                    background_counts: np.ndarray, hard_replicates: np.ndarray) -> dict[str, np.ndarray]:
+    """One class's :data:`BGONLY_STATISTICS` for a chunk of replicates under the crossed bootstrap (module
+    docstring): ``hard`` the class's hard value rows, ``mine`` its images (:func:`_class_images`),
+    ``photo_counts`` (B, n) the draws w_p of its hard photos, ``background_counts`` (B, n_b) the draws u_b of
+    every background photo, ``hard_replicates`` (B,) the replicates' hard accuracy. A photo whose images all
+    draw u = 0 drops out of that replicate."""
+    size, n = photo_counts.shape
+    photo, outcome, background, starts = mine
+    if not photo.size:
+        nan = np.full(size, np.nan)
+        return {"hard_on_easy_bgonly": nan, "background_part_bgonly": nan, "fill_effect": nan}
+    weight = background_counts[:, background]
+    num, den = np.add.reduceat(weight * outcome, starts, axis=1), np.add.reduceat(weight, starts, axis=1)
+    per_photo = np.full((size, n), np.nan)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        per_photo[:, photo[starts]] = np.where(den > 0, num / np.where(den > 0, den, 1), np.nan)
+    swap = hard[:, _COL["swap"]]
+
+    def weighted(value: np.ndarray) -> np.ndarray:
+        w = np.where(np.isfinite(value), photo_counts, 0.0)
+        total = w.sum(axis=1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(total > 0, (w * np.nan_to_num(value)).sum(axis=1) / np.where(total > 0, total, 1), np.nan)
+
+    on_easy = weighted(per_photo)
+    return {"hard_on_easy_bgonly": on_easy, "background_part_bgonly": on_easy - hard_replicates,
+            "fill_effect": weighted(swap[None, :] - per_photo)}
 
 
 def _control_sizes(statistic: str, hard: np.ndarray) -> list[int]:

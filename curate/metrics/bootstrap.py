@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = ["MIN_CELL", "Interval", "interval_allowed", "allowed_or_nan", "bootstrap_groups", "bootstrap_mean",
-           "bootstrap_paired_mean"]
+           "bootstrap_paired_mean", "resample_counts", "level_counts"]
 
 #: The fewest photos a (class, group) cell needs for an interval that resamples it (the rule above).
 MIN_CELL = 2
@@ -126,3 +126,25 @@ def bootstrap_paired_mean(values: np.ndarray, *, n_boot: int = 2000, seed: int =
     rng = np.random.default_rng(seed)
     idx = rng.integers(0, values.size, size=(n_boot, values.size))
     return _interval(values[idx].mean(axis=1), level)
+
+
+def resample_counts(idx: np.ndarray, n: int) -> np.ndarray:
+    """How often each of ``n`` items is drawn in each replicate: ``idx`` (B, k) indices in [0, n) -> (B, n) counts
+    (a replicate's mean over drawn items is the count-weighted mean over items)."""
+    idx = np.asarray(idx, dtype=np.int64)
+    rows = idx.shape[0]
+    flat = (idx + n * np.arange(rows, dtype=np.int64)[:, None]).ravel()
+    return np.bincount(flat, minlength=rows * n).reshape(rows, n).astype(float)
+
+
+def level_counts(rng: np.random.Generator, levels: Sequence[int] | Sequence[str], size: int) -> np.ndarray:
+    """One factor of a crossed bootstrap (Owen 2007, "The pigeonhole bootstrap", Ann. Appl. Stat. 1(2)):
+    ``levels[j]`` is the stratum of level j; per replicate the m levels of each stratum are drawn m times with
+    replacement, independently of every other factor. Returns (size, len(levels)) counts; each stratum's counts
+    sum to its m (the counts are Multinomial(m, 1/m each))."""
+    levels = np.asarray(levels)
+    counts = np.zeros((size, levels.size))
+    for stratum in np.unique(levels):
+        members = np.flatnonzero(levels == stratum)
+        counts[:, members] = rng.multinomial(members.size, np.full(members.size, 1 / members.size), size=size)
+    return counts

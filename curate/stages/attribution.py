@@ -18,7 +18,9 @@ from its own background, against the photo itself) is beyond the threshold with 
 of 0: the visible fill, whichever it is, moves its B. And so is a class whose fill effect (B over the
 swaps minus B over the same hard objects on photos of the easy backgrounds alone, paired; only where
 the intervention was given such photos) moves B by more than the threshold with its interval clear of
-0 (two sets of photos of one background differ by chance: docs/results.md#the-fill-control-where-the-fill-acts).
+0; that interval resamples the background-alone photos too (a crossed bootstrap,
+:mod:`curate.interventions.attribution`), as two sets of photos of one background differ by chance
+(docs/results.md#the-fill-control-where-the-fill-acts).
 """
 from __future__ import annotations
 
@@ -143,8 +145,8 @@ def attribution(dataset: Any, runs: Any = None, settings: AttributionSettings | 
 def class_flag(values: dict[str, float], intervals: dict[str, tuple[float, float]], settings: AttributionSettings) -> str:
     """Why a class's B is not to be trusted as it is: the paste control, the ghost control, the fill control
     (beyond the threshold with its interval clear of 0: a few covered swaps move it by chance), the fill effect
-    (the same rule: the background-alone photos are other texture draws than the donors', measured in
-    tests/test_fill_control_world.py), or several."""
+    (the same rule, its interval crossed over the hard photos and the background-alone photos, which are other
+    texture draws than the donors': tests/test_fill_control_world.py), or several."""
     threshold = settings.control_threshold
     flags = []
     paste_cost = values.get("paste_cost", math.nan)
