@@ -158,18 +158,29 @@ def class_flag(values: dict[str, float], intervals: dict[str, tuple[float, float
         flags.append(f"{GHOST_FLAG} the donors' filled holes move B by {100 * ghost_bias:+.1f} points (> "
                      f"{100 * threshold:.0f}); B without the ghost is "
                      f"{100 * values.get('background_part_unghosted', math.nan):+.1f}")
-    fill_bias = values.get("fill_bias", math.nan)
-    low, high = intervals.get("fill_bias", (math.nan, math.nan))
-    if math.isfinite(fill_bias) and abs(fill_bias) > threshold and (low > 0 or high < 0):
+    fill = _beyond_with_interval_clear_of_0(values, intervals, "fill_bias", threshold)
+    if fill is not None:
+        fill_bias, low, high = fill
         flags.append(f"fill control: filling what the swaps show of the donors' holes moves a hard photo's accuracy "
                      f"by {100 * fill_bias:+.1f} points (> {100 * threshold:.0f}, interval {100 * low:+.1f} to "
                      f"{100 * high:+.1f}); B fill-corrected is "
                      f"{100 * values.get('background_part_fill_corrected', math.nan):+.1f}")
-    fill_effect = values.get("fill_effect", math.nan)
-    low, high = intervals.get("fill_effect", (math.nan, math.nan))
-    if math.isfinite(fill_effect) and abs(fill_effect) > threshold and (low > 0 or high < 0):
+    effect = _beyond_with_interval_clear_of_0(values, intervals, "fill_effect", threshold)
+    if effect is not None:
+        fill_effect, low, high = effect
         flags.append(f"{FILL_EFFECT_FLAG} the donors' filled backgrounds move B by {100 * fill_effect:+.1f} points "
                      f"against photos of the same backgrounds alone (> {100 * threshold:.0f}, interval "
                      f"{100 * low:+.1f} to {100 * high:+.1f}); B on those photos is "
                      f"{100 * values.get('background_part_bgonly', math.nan):+.1f}")
     return "; ".join(flags)
+
+
+def _beyond_with_interval_clear_of_0(values: dict[str, float], intervals: dict[str, tuple[float, float]], key: str,
+                                     threshold: float) -> tuple[float, float, float] | None:
+    """``(value, low, high)`` of statistic ``key`` where ``|value| > threshold`` and its interval excludes 0, else
+    None (the fill controls' rule: a few swaps can move them by chance)."""
+    value = values.get(key, math.nan)
+    low, high = intervals.get(key, (math.nan, math.nan))
+    if math.isfinite(value) and abs(value) > threshold and (low > 0 or high < 0):
+        return value, low, high
+    return None
