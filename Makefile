@@ -30,8 +30,16 @@ $(BOOT):
 	$(PY) -m pip install -q --upgrade pip filelock
 	@touch $(BOOT)
 
+# --no-compile: pip byte-compiles every module it installs (26,498 .pyc), most of which no command ever
+# imports; Python compiles a module the first time it is imported instead and keeps the .pyc, so
+# PYTHONDONTWRITEBYTECODE (set on some machines, this one included) is unset for make's commands, else
+# every process would compile its imports again. Measured in fresh clones, quiet 2-core (2026-11-29): the
+# install 114 s wall (85 s user + 25 s system CPU) with compiling, 58 s (35 + 19) without; importing
+# everything the suite uses then compiles 6,234 modules once, 14 s of CPU (first import 21.4 s user,
+# later ones 7.7 s).
+unexport PYTHONDONTWRITEBYTECODE
 $(STAMP): | $(BOOT)
-	$(PY) -m pip install -q -e ".[all,test]"
+	$(PY) -m pip install -q --no-compile -e ".[all,test]"
 	@rm -f $(VENV)/.installed-* && touch $(STAMP)
 
 install: $(STAMP)
