@@ -25,13 +25,19 @@ ratios, on data shaped like a collector's (every row its licence, attribution an
 
 and a re-run of each with nothing left to do::
 
-    .venv/bin/python benchmarks/collect.py --hub [--rows 10000] [--size 64] [--concurrency 4]
+    .venv/bin/python benchmarks/collect.py --hub [--rows 10000] [--size 64] [--concurrency 4] [--repeat 1]
+
+``--repeat N`` runs N rounds, each into fresh output folders, curate and its loop alternating within a
+round, and prints each figure's median with its range: one run's ratio moved from 0.73x to 1.29x between
+three quiet runs on this 2-core VM (2026-11-29), since creating 10,000 files costs both sides most of
+their time and that cost moves with the file system's state.
 """
 from __future__ import annotations
 
 import argparse
 import logging
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -225,10 +231,24 @@ def measure(runs: list[tuple[str, Callable[[], int]]]) -> dict[str, tuple[float,
     return measured
 
 
-def print_runs(measured: dict[str, tuple[float, float, int]]) -> None:
+def median_runs(rounds: list[dict[str, tuple[float, float, int]]]) -> dict[str, tuple[float, float, int]]:
+    """Each run's median wall and CPU seconds over ``rounds`` (one round: :func:`measure`'s result)."""
+    import statistics
+
+    return {name: (statistics.median(r[name][0] for r in rounds), statistics.median(r[name][1] for r in rounds),
+                   rounds[0][name][2]) for name in rounds[0]}
+
+
+def print_runs(measured: dict[str, tuple[float, float, int]],
+               rounds: list[dict[str, tuple[float, float, int]]] | None = None) -> None:
+    """One line a run; with several ``rounds`` (``measured`` their medians), each figure's range too."""
     for name, (wall, cpu, done) in measured.items():
         rate = f"{done / wall:8.1f} rows/s  " if done else " " * 16
-        print(f"  {name:32s}: {wall:7.2f} s wall  {cpu:7.2f} s CPU  {rate}({done} stored)")
+        spread = ""
+        if rounds and len(rounds) > 1:
+            walls, cpus = [r[name][0] for r in rounds], [r[name][1] for r in rounds]
+            spread = f"  [wall {min(walls):.2f}-{max(walls):.2f}, CPU {min(cpus):.2f}-{max(cpus):.2f}]"
+        print(f"  {name:32s}: {wall:7.2f} s wall  {cpu:7.2f} s CPU  {rate}({done} stored){spread}")
 
 
 def print_ratio(label: str, measured: dict[str, tuple[float, float, int]], ours: str, peer: str) -> None:
@@ -245,41 +265,49 @@ def importers_main(args: argparse.Namespace) -> None:
     from curate.collect.folder import import_folder
     from curate.collect.hub import collect_hub
 
-    concurrency = args.concurrency
+    concurrency, repeat = args.concurrency, max(1, args.repeat)
+    hub_rounds, folder_rounds = [], []
     with tempfile.TemporaryDirectory() as tmp:
         tmp_path = Path(tmp)
         os.environ["HF_DATASETS_CACHE"] = str(tmp_path / "hf-cache")  # the user loop's arrow cache: fresh
         hub_folder(tmp_path / "hub-src", args.rows, args.size)
         table = image_folder(tmp_path / "folder-src", args.rows, args.size)
+        for r in range(repeat):  # each round into fresh folders; the re-runs find their round's output
+            out = tmp_path / f"round-{r}"
 
-        def hub() -> int:
-            return len(collect_hub(tmp_path / "hub-src", tmp_path / "hub-curate", license_column="licence",
-                                   attribution_column="attribution", concurrency=concurrency).added)
+            def hub(out: Path = out) -> int:
+                return len(collect_hub(tmp_path / "hub-src", out / "hub-curate", license_column="licence",
+                                       attribution_column="attribution", concurrency=concurrency).added)
 
-        def folder() -> int:
-            return len(import_folder(tmp_path / "folder-src", tmp_path / "folder-curate", licenses_csv=table,
-                                     concurrency=concurrency).added)
+            def folder(out: Path = out) -> int:
+                return len(import_folder(tmp_path / "folder-src", out / "folder-curate", licenses_csv=table,
+                                         concurrency=concurrency).added)
 
-        hub_runs = measure([("curate collect hub", hub),
-                            ("load_dataset + save", lambda: user_loop(tmp_path / "hub-src", tmp_path / "hub-loop")),
-                            ("collect hub, resume (nothing)", hub)])
-        folder_runs = measure([
-            ("curate collect folder", folder),
-            ("copy + verify()", lambda: copy_loop(tmp_path / "folder-src", table, tmp_path / "copy-v", load=False)),
-            ("copy + verify() + load()", lambda: copy_loop(tmp_path / "folder-src", table, tmp_path / "copy-l",
-                                                           load=True)),
-            ("collect folder, resume (nothing)", folder)])
+            hub_rounds.append(measure([
+                ("curate collect hub", hub),
+                ("load_dataset + save", lambda out=out: user_loop(tmp_path / "hub-src", out / "hub-loop")),
+                ("collect hub, resume (nothing)", hub)]))
+            folder_rounds.append(measure([
+                ("curate collect folder", folder),
+                ("copy + verify()", lambda out=out: copy_loop(tmp_path / "folder-src", table, out / "copy-v",
+                                                              load=False)),
+                ("copy + verify() + load()", lambda out=out: copy_loop(tmp_path / "folder-src", table, out / "copy-l",
+                                                                       load=True)),
+                ("collect folder, resume (nothing)", folder)]))
+            shutil.rmtree(out, ignore_errors=True)
+    hub_runs, folder_runs = median_runs(hub_rounds), median_runs(folder_rounds)
+    each = "one run each" if repeat == 1 else f"median of {repeat} rounds [range], curate and its loop alternating"
     print(f"rows: {args.rows} ({args.size} px JPEG, 10 classes, per-row licence, attribution and source URL), "
-          f"concurrency {concurrency}, one run each, CPU = user + system of this process and its children")
+          f"concurrency {concurrency}, {each}, CPU = user + system of this process and its children")
     print("collect hub (a local Hub folder, 1,000 rows a parquet shard):")
-    print_runs(hub_runs)
+    print_runs(hub_runs, hub_rounds)
     print_ratio("hub vs load_dataset+save", hub_runs, "curate collect hub", "load_dataset + save")
     print("collect folder (an ImageFolder with a licences CSV):")
-    print_runs(folder_runs)
+    print_runs(folder_runs, folder_rounds)
     print_ratio("folder vs copy+verify()", folder_runs, "curate collect folder", "copy + verify()")
     print_ratio("folder vs copy+verify()+load()", folder_runs, "curate collect folder", "copy + verify() + load()")
-    print("What the ratios show: what each import costs as a user meets it on this machine, one run each (noisy "
-          "under load:\n  read the CPU ratio first). What they cannot show: the loops check and keep less (the hub "
+    print("What the ratios show: what each import costs as a user meets it on this machine (one run is noisy, "
+          "even quiet:\n  --repeat N prints medians; under load read the CPU ratio first). What they cannot show: the loops check and keep less (the hub "
           "loop re-encodes\n  each JPEG and verifies nothing beyond its decode; verify() alone does not decode the "
           "pixels, so it misses a\n  truncated file; neither loop journals for a resume, commits atomically or "
           "deduplicates by content), so a\n  ratio is not a like-for-like speed-up; random-noise JPEGs decode "
@@ -297,6 +325,8 @@ def main() -> None:
     parser.add_argument("--size", type=int,
                         help="edge of the served 'medium' photos (default 500, iNaturalist's; --hub: of the images, 64)")
     parser.add_argument("--photo-delay", type=float, default=0.0, help="server latency per photo (s)")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="--hub: rounds, each figure's median and range printed (default 1: one run each)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     if args.hub:
