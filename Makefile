@@ -70,7 +70,8 @@ lint: $(STAMP)
 # wall both times; the suite is CPU-bound on one thread (24 min user CPU for 23.5 min of serial pytest).
 # The whole suite from a fresh clone of 3e1d5e7, quiet 2-core (2026-11-29): 13 min 0 s of pytest, 14 min 22 s
 # with install, services and lint (19 min 19 s user CPU); the two workers finished 12 s apart and the run is
-# CPU-bound (tests/timeline.py; vmstat: 145 of 1,724 core-seconds idle; docs/results.md). Serial, 22 min 48 s
+# CPU-bound (tests/timeline.py; vmstat: 145 of 1,724 core-seconds idle; docs/results.md). The same code an hour
+# later: 16 min 10 s twice, with 11 % more CPU for the same work (the machine was slower). Serial, 22 min 48 s
 # of pytest at 3d9af46.
 # Not for test-fast: there -n 2 took 48-50 s CPU against 28-31 s, and more wall (238 / 195 s vs 135 / 188 s).
 TEST_WORKERS ?= 2
