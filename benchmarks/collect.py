@@ -194,7 +194,6 @@ def copy_loop(folder: Path, table: Path, out: Path, *, load: bool) -> int:
     (``load``: open it again and decode it in full, the check that finds a truncated file), and keep its
     provenance from the licences CSV in a CSV beside the copies."""
     import csv
-    import shutil
 
     from PIL import Image
 
