@@ -7,7 +7,9 @@ Two levels:
   options that verb has; ``curate X --help`` works for it. This is the check for commands that
   need what CI has not (real checkpoints, the internet, a GPU, a running server).
 - **Offline blocks run.** A block fenced as ```bash offline runs for real, line by line, each
-  line in a fresh shell. The offline blocks of one file run in order in one fresh folder with
+  line in a process of its own: forked from a zygote that has done nothing but import curate and
+  its libraries (tests/cli_zygote.py: each model-loading line would otherwise pay about 5.5 s of
+  CPU for the imports), or in a fresh ``bash -c`` where the line uses shell syntax. The offline blocks of one file run in order in one fresh folder with
   relative paths and ``HOME`` set to it (as a user pastes them, block after block, from a new
   directory), so a block may continue the one before it in its file. Sizes are shrunk so the run
   takes seconds, by the substitutions in :data:`TINY` (the only difference from the text: world
@@ -44,6 +46,7 @@ from pathlib import Path
 import click
 import numpy as np
 import pytest
+from cli_zygote import Zygote, needs_a_shell
 from PIL import Image
 
 from curate.cli import load_all_commands, main
@@ -296,15 +299,39 @@ def test_setup_lines_are_in_the_docs_as_written():
     assert DEMO in offline
 
 
-def _run(line: str, cwd: Path, where: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HOME": str(cwd), "COLUMNS": "200"}
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # the venv's `curate`
-    shrunk, applied = _tiny(line)
-    print(f"$ {shrunk}" + (f"    [tiny: {'; '.join(applied)}]" if applied else ""))
-    done = subprocess.run(["bash", "-c", shrunk], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, (f"{where}: `{shrunk}` (tiny: {applied or 'none'}) exited {done.returncode}:\n"
-                                  f"{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
-    return done
+def _env(home: Path) -> dict[str, str]:
+    """The environment of every line run in ``home``: ``HOME`` is the folder, the venv's ``curate`` on ``PATH``."""
+    env = {**os.environ, "HOME": str(home), "COLUMNS": "200"}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+class _Lines:
+    """Runs a folder's lines: each in a process of its own, forked from a pre-imported zygote
+    (tests/cli_zygote.py, started at the first line that can use it), or ``bash -c`` where the line
+    uses shell syntax."""
+
+    def __init__(self, home: Path) -> None:
+        self.home, self.env, self.zygote = home, _env(home), None
+
+    def run(self, line: str, where: str) -> subprocess.CompletedProcess:
+        shrunk, applied = _tiny(line)
+        shell = needs_a_shell(shrunk)
+        print(f"$ {shrunk}" + (f"    [tiny: {'; '.join(applied)}]" if applied else "") + ("    [bash -c]" if shell else ""))
+        if shell:
+            done = subprocess.run(["bash", "-c", shrunk], cwd=self.home, env=self.env, capture_output=True, text=True,
+                                  timeout=600)
+        else:
+            if self.zygote is None:
+                self.zygote = Zygote(self.env, self.home)
+            done = self.zygote.run(shlex.split(shrunk)[1:], self.home, self.env, timeout=600)
+        assert done.returncode == 0, (f"{where}: `{shrunk}` (tiny: {applied or 'none'}) exited {done.returncode}:\n"
+                                      f"{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
+        return done
+
+    def close(self) -> None:
+        if self.zygote is not None:
+            self.zygote.close()
 
 
 def _replace(src: Path, dst: Path) -> None:
@@ -323,12 +350,16 @@ def prepared(tmp_path_factory) -> dict[str, Path]:
     """Each SETUP line run once, in order, in one folder (shrunk by TINY); a snapshot of what it made."""
     work = tmp_path_factory.mktemp("docs-setup")
     snapshots = {}
-    for i, (line, paths) in enumerate(SETUP.items()):
-        _run(line, work, "SETUP")
-        snap = tmp_path_factory.mktemp(f"docs-setup-{i}")
-        for name in paths:
-            _replace(work / name, snap / name)
-        snapshots[line] = snap
+    lines = _Lines(work)
+    try:
+        for i, (line, paths) in enumerate(SETUP.items()):
+            lines.run(line, "SETUP")
+            snap = tmp_path_factory.mktemp(f"docs-setup-{i}")
+            for name in paths:
+                _replace(work / name, snap / name)
+            snapshots[line] = snap
+    finally:
+        lines.close()
     return snapshots
 
 
@@ -377,10 +408,12 @@ WRITES: dict[str, tuple[str, ...]] = {
 
 @pytest.mark.parametrize(("where", "blocks"), OFFLINE, ids=[name for name, _ in OFFLINE])
 def test_offline_blocks_run_as_written_on_a_tiny_world(where: str, blocks: list[list[str]], tmp_path: Path, request):
-    """The file's offline blocks in order, in one fresh folder; each line in a fresh shell, relative
+    """The file's offline blocks in order, in one fresh folder; each line in a process of its own, relative
     paths; sizes shrunk by TINY only; SETUP and DEMO lines by their stand-ins (module docstring)."""
     if where in LOCAL_FILES:
         LOCAL_FILES[where](tmp_path)
+    lines = _Lines(tmp_path)
+    request.addfinalizer(lines.close)
     for b, block in enumerate(blocks, start=1):
         for line in block:
             if line in SETUP:
@@ -394,7 +427,7 @@ def test_offline_blocks_run_as_written_on_a_tiny_world(where: str, blocks: list[
                 (tmp_path / "demo-output").mkdir(exist_ok=True)
                 _replace(demo / "models", tmp_path / "demo-output" / "models")
             else:
-                _run(line, tmp_path, f"{where}, offline block {b}")
+                lines.run(line, f"{where}, offline block {b}")
     missing = [pattern for pattern in WRITES.get(where, ()) if not any(tmp_path.glob(pattern))]
     assert not missing, f"{where}: its blocks ran but wrote none of {missing}"
     if where == "recipes.md":  # every local file imported, groups and licences from the layout and the CSV
