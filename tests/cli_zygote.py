@@ -96,10 +96,10 @@ def needs_a_shell(line: str) -> bool:
 class Zygote:
     """A pre-imported Python that forks one child per ``curate`` line (the module docstring)."""
 
-    def __init__(self, env: dict[str, str], cwd: Path) -> None:
+    def __init__(self, env: dict[str, str], cwd: Path, *, preload: tuple[str, ...] = PRELOAD) -> None:
         self.env = dict(env)
         self._scratch = Path(tempfile.mkdtemp(prefix="curate-zygote-"))
-        self._process = subprocess.Popen([sys.executable, "-c", _SERVER, json.dumps(PRELOAD)], cwd=cwd, env=self.env,
+        self._process = subprocess.Popen([sys.executable, "-c", _SERVER, json.dumps(preload)], cwd=cwd, env=self.env,
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                          bufsize=0)  # unbuffered: select() sees every reply line
         self._count = 0

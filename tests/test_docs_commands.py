@@ -334,6 +334,24 @@ class _Lines:
             self.zygote.close()
 
 
+def test_a_forked_line_runs_where_and_as_a_fresh_process_would(tmp_path: Path):
+    """The zygote's child gets the line's folder and environment and gives back the verb's exit status
+    and output: a failing line fails the docs test (tests/cli_zygote.py)."""
+    assert needs_a_shell("curate collect folder mydata/ ~/photos/") and needs_a_shell("curate info $X")
+    assert not needs_a_shell("curate fidelity w/ --methods 'mask,mask~0.2'") and needs_a_shell("ls eval/")
+    env = _env(tmp_path)
+    zygote = Zygote(env, tmp_path, preload=("curate.cli",))
+    try:
+        made = zygote.run(["create", "mine/", "--label-space", "imagenet1k"], tmp_path, env, timeout=60)
+        assert made.returncode == 0 and (tmp_path / "mine" / "dataset.yaml").exists(), made
+        missing = zygote.run(["info", "nowhere/"], tmp_path, env, timeout=60)
+        assert missing.returncode == 2 and "nowhere" in missing.stderr, missing
+        with pytest.raises(ValueError, match="shell"):
+            zygote.run(["models"], tmp_path, {**env, "HOME": "/"}, timeout=60)
+    finally:
+        zygote.close()
+
+
 def _replace(src: Path, dst: Path) -> None:
     if dst.is_dir():
         shutil.rmtree(dst)
