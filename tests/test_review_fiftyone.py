@@ -509,6 +509,20 @@ class _Output:
         raise AssertionError(f"no line matching {pattern!r} within {timeout} s; output:\n{''.join(self.seen)}")
 
 
+class _Phases:
+    """Seconds since the start at each phase, appended to ``path`` as they pass (a test artifact): the
+    test took 43 s in CI runs against 10-16 s alone, and this shows where (issue 42)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.start = path, time.monotonic()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"started {time.strftime('%H:%M:%S')}\n")
+
+    def mark(self, what: str) -> None:
+        with open(self.path, "a") as out:
+            out.write(f"{time.monotonic() - self.start:7.1f} s  {what}\n")
+
+
 def test_app_launched_by_curate_serves_the_dataset(fo, world) -> None:
     from curate.review.browser import HeadlessChromium
 
@@ -519,17 +533,23 @@ def test_app_launched_by_curate_serves_the_dataset(fo, world) -> None:
            "--port", str(port)]
     process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                                start_new_session=True)
+    phases = _Phases(ARTIFACTS / "fiftyone-app-phases.txt")
     try:
         output = _Output(process)
+        output.wait_for(r"push snapshot: ", timeout=180)
+        phases.mark("pushed (the App starts next)")
         url = output.wait_for(r"App: (http://127\.0\.0\.1:\d+/datasets/\S+)", timeout=180).group(1)
         tunnel = output.wait_for(r"ssh -N -L (\S+)", timeout=10).group(1)
         assert tunnel == f"{port}:127.0.0.1:{port}"
+        phases.mark("the App printed its address")
         n = len(world)
         with HeadlessChromium(install=True) as browser:
+            phases.mark("Chromium started")
             page = browser.open()
             page.before_load("localStorage.setItem('fiftyone-enterprise-tooltip-seen', 'true');")
             page.navigate(url)
             page.wait_for(f"document.body && document.body.innerText.includes('{n} samples')", timeout=120)
+            phases.mark("the page shows the sample count")
             tiles = page.wait_for(f"document.querySelectorAll('[class*=\"_looker_\"]').length >= {n} && "
                                   f"document.querySelectorAll('[class*=\"_looker_\"]').length", timeout=60)
             assert tiles >= n
@@ -545,12 +565,15 @@ def test_app_launched_by_curate_serves_the_dataset(fo, world) -> None:
             text = page.evaluate("document.body.innerText")
             for label in ("polar bear", "black swan", "vulture"):
                 assert label in text
+            phases.mark("every tile drew its image")
             shot = page.screenshot(ARTIFACTS / "fiftyone-app.png")
         assert shot.stat().st_size > 10_000
+        phases.mark("Chromium closed")
     finally:
         try:
             os.killpg(process.pid, signal.SIGINT)
             process.wait(timeout=30)
+            phases.mark("the App stopped on Ctrl-C")
         except (ProcessLookupError, subprocess.TimeoutExpired):
             try:
                 os.killpg(process.pid, signal.SIGKILL)
