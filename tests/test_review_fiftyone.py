@@ -509,6 +509,13 @@ class _Output:
         raise AssertionError(f"no line matching {pattern!r} within {timeout} s; output:\n{''.join(self.seen)}")
 
 
+def _ctrl_c_as_in_a_terminal() -> None:
+    """In the App's process before it starts: SIGINT's default action, which Python turns into
+    KeyboardInterrupt, whatever the test runner's process left (an ignored SIGINT is inherited, and
+    Python then leaves it ignored: Ctrl-C would do nothing)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class _Phases:
     """Seconds since the start at each phase, appended to ``path`` as they pass (a test artifact): the
     test took 43 s in CI runs against 10-16 s alone, and this shows where (issue 42)."""
@@ -531,9 +538,10 @@ def test_app_launched_by_curate_serves_the_dataset(fo, world) -> None:
     env = {**os.environ, "COLUMNS": "200", "PYTHONUNBUFFERED": "1"}
     cmd = [sys.executable, "-m", "curate.cli", "review", "fiftyone", str(world.root), "--name", name, "--launch",
            "--port", str(port)]
-    process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                               start_new_session=True)
     phases = _Phases(ARTIFACTS / "fiftyone-app-phases.txt")
+    phases.mark(f"SIGINT in the test's process: {signal.getsignal(signal.SIGINT)!r} (the App gets the default)")
+    process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                               start_new_session=True, preexec_fn=_ctrl_c_as_in_a_terminal)
     try:
         output = _Output(process)
         output.wait_for(r"push snapshot: ", timeout=180)
@@ -575,6 +583,8 @@ def test_app_launched_by_curate_serves_the_dataset(fo, world) -> None:
             process.wait(timeout=30)
             phases.mark("the App stopped on Ctrl-C")
         except (ProcessLookupError, subprocess.TimeoutExpired):
+            phases.mark("the App did not stop within 30 s of Ctrl-C; killed. Its processes then:\n" + subprocess.run(
+                ["ps", "-s", str(process.pid), "-o", "pid,stat,etime,time,args"], capture_output=True, text=True).stdout)
             try:
                 os.killpg(process.pid, signal.SIGKILL)
             except ProcessLookupError:
