@@ -63,13 +63,17 @@ for line in requests:
 if child is None:
     sys.exit(0)
 os.chdir(child["cwd"])
-os.environ.clear(); os.environ.update(child["env"])
+os.environ.clear(); os.environ.update(child["env"]); os.environ.update(child["runtime_env"])
 null = os.open(os.devnull, os.O_RDONLY); os.dup2(null, 0); os.close(null)
 for fd, path in ((1, child["stdout"]), (2, child["stderr"])):
     out = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600); os.dup2(out, fd); os.close(out)
 sys.argv = ["curate", *child["argv"]]
 try:
-    main(args=child["argv"], prog_name="curate")
+    if child["code"] is None:
+        main(args=child["argv"], prog_name="curate")
+    else:  # as `python -c CODE ARGV...` would run it
+        sys.argv = ["-c", *child["argv"]]
+        exec(compile(child["code"], "<string>", "exec"), {"__name__": "__main__"})
     code = 0
 except SystemExit as stop:  # what the interpreter does with it
     code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
@@ -104,13 +108,20 @@ class Zygote:
                                          bufsize=0)  # unbuffered: select() sees every reply line
         self._count = 0
 
-    def run(self, argv: list[str], cwd: Path, env: dict[str, str], *, timeout: float) -> subprocess.CompletedProcess:
-        """``curate *argv`` in ``cwd`` with ``env`` (the zygote's own), in a forked child; its exit status and output."""
+    def run(self, argv: list[str], cwd: Path, env: dict[str, str], *, timeout: float,
+            runtime_env: dict[str, str] | None = None, code: str | None = None) -> subprocess.CompletedProcess:
+        """``curate *argv`` in ``cwd`` with ``env`` (the zygote's own), in a forked child; its exit status
+        (``-N`` for a signal, as ``subprocess`` says) and output.
+
+        ``runtime_env``: variables set in the child only, which nothing reads at import (e.g. a test's
+        own switch). ``code``: run that instead, as ``python -c CODE *argv`` would (``sys.argv[1:]`` is
+        ``argv``)."""
         if env != self.env:
             raise ValueError("a line's environment differs from the zygote's: run it in a shell")
         self._count += 1
         out, err = self._scratch / f"{self._count}.out", self._scratch / f"{self._count}.err"
-        request = {"argv": argv, "cwd": str(cwd), "env": env, "stdout": str(out), "stderr": str(err)}
+        request = {"argv": argv, "cwd": str(cwd), "env": env, "runtime_env": runtime_env or {}, "code": code,
+                   "stdout": str(out), "stderr": str(err)}
         assert self._process.stdin is not None and self._process.stdout is not None
         self._process.stdin.write((json.dumps(request) + "\n").encode())
         self._process.stdin.flush()
@@ -120,7 +131,7 @@ class Zygote:
         except TimeoutError:
             os.kill(pid, signal.SIGKILL)
             raise
-        return subprocess.CompletedProcess(["curate", *argv], rc, out.read_text(errors="replace"),
+        return subprocess.CompletedProcess(["curate", *argv] if code is None else ["python", "-c", code, *argv], rc, out.read_text(errors="replace"),
                                            err.read_text(errors="replace"))
 
     def _read_line(self, *, timeout: float) -> str:
