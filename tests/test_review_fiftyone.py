@@ -511,14 +511,17 @@ class _Output:
 
 def _ctrl_c_as_in_a_terminal() -> None:
     """In the App's process before it starts: SIGINT's default action, which Python turns into
-    KeyboardInterrupt, whatever the test runner's process left (an ignored SIGINT is inherited, and
-    Python then leaves it ignored: Ctrl-C would do nothing)."""
+    KeyboardInterrupt, whatever the test runner's process has. A command a non-interactive shell starts
+    in the background (``make test &`` in a script) ignores SIGINT, every process under it inherits
+    that, and Python then leaves it ignored: the Ctrl-C below did nothing, and the test waited 30 s for
+    the App and killed it (measured: 43-46 s in such runs against 16 s; this file's phases showed
+    ``SIG_IGN`` in the test's process). A user's Ctrl-C comes from a terminal, where SIGINT is not ignored."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 class _Phases:
-    """Seconds since the start at each phase, appended to ``path`` as they pass (a test artifact): the
-    test took 43 s in CI runs against 10-16 s alone, and this shows where (issue 42)."""
+    """Seconds since the start at each phase, appended to ``path`` as they pass (a test artifact, issue 42):
+    where the time of a slow run went."""
 
     def __init__(self, path: Path) -> None:
         self.path, self.start = path, time.monotonic()
