@@ -108,10 +108,10 @@ class Zygote:
                                          bufsize=0)  # unbuffered: select() sees every reply line
         self._count = 0
 
-    def run(self, argv: list[str], cwd: Path, env: dict[str, str], *, timeout: float,
-            runtime_env: dict[str, str] | None = None, code: str | None = None) -> subprocess.CompletedProcess:
-        """``curate *argv`` in ``cwd`` with ``env`` (the zygote's own), in a forked child; its exit status
-        (``-N`` for a signal, as ``subprocess`` says) and output.
+    def start(self, argv: list[str], cwd: Path, env: dict[str, str], *, runtime_env: dict[str, str] | None = None,
+              code: str | None = None) -> ForkedRun:
+        """``curate *argv`` in ``cwd`` with ``env`` (the zygote's own), in a forked child, started and not
+        waited for (one at a time: the zygote waits for it before it forks the next).
 
         ``runtime_env``: variables set in the child only, which nothing reads at import (e.g. a test's
         own switch). ``code``: run that instead, as ``python -c CODE *argv`` would (``sys.argv[1:]`` is
@@ -122,17 +122,19 @@ class Zygote:
         out, err = self._scratch / f"{self._count}.out", self._scratch / f"{self._count}.err"
         request = {"argv": argv, "cwd": str(cwd), "env": env, "runtime_env": runtime_env or {}, "code": code,
                    "stdout": str(out), "stderr": str(err)}
-        assert self._process.stdin is not None and self._process.stdout is not None
+        assert self._process.stdin is not None
         self._process.stdin.write((json.dumps(request) + "\n").encode())
         self._process.stdin.flush()
         pid = json.loads(self._read_line(timeout=60))["pid"]
-        try:
-            rc = json.loads(self._read_line(timeout=timeout))["rc"]
-        except TimeoutError:
-            os.kill(pid, signal.SIGKILL)
-            raise
-        return subprocess.CompletedProcess(["curate", *argv] if code is None else ["python", "-c", code, *argv], rc, out.read_text(errors="replace"),
-                                           err.read_text(errors="replace"))
+        args = ["curate", *argv] if code is None else ["python", "-c", code, *argv]
+        return ForkedRun(self, pid, args, out, err)
+
+    def run(self, argv: list[str], cwd: Path, env: dict[str, str], *, timeout: float,
+            runtime_env: dict[str, str] | None = None, code: str | None = None) -> subprocess.CompletedProcess:
+        """:meth:`start`, then wait: the exit status (``-N`` for a signal, as ``subprocess`` says) and output."""
+        child = self.start(argv, cwd, env, runtime_env=runtime_env, code=code)
+        child.wait(timeout=timeout)
+        return child.result()
 
     def _read_line(self, *, timeout: float) -> str:
         assert self._process.stdout is not None
@@ -155,3 +157,44 @@ class Zygote:
         for path in self._scratch.iterdir():
             path.unlink()
         self._scratch.rmdir()
+
+
+class ForkedRun:
+    """A child of a :class:`Zygote`, as much of ``subprocess.Popen`` as the tests use."""
+
+    def __init__(self, zygote: Zygote, pid: int, args: list[str], out: Path, err: Path) -> None:
+        self.zygote, self.pid, self.args, self._out, self._err = zygote, pid, args, out, err
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        """The exit status if the child has ended, else None (without waiting)."""
+        if self.returncode is None:
+            try:
+                self.returncode = json.loads(self.zygote._read_line(timeout=0))["rc"]
+            except TimeoutError:
+                pass
+        return self.returncode
+
+    def wait(self, timeout: float) -> int:
+        """The exit status; SIGKILLs the child after ``timeout`` seconds (and raises ``TimeoutError``)."""
+        if self.returncode is None:
+            try:
+                self.returncode = json.loads(self.zygote._read_line(timeout=timeout))["rc"]
+            except TimeoutError:
+                self.kill()
+                self.returncode = json.loads(self.zygote._read_line(timeout=30))["rc"]
+                raise
+        return self.returncode
+
+    def kill(self) -> None:
+        """SIGKILL the child (if it has not ended)."""
+        if self.returncode is None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def result(self) -> subprocess.CompletedProcess:
+        assert self.returncode is not None, "wait() first"
+        return subprocess.CompletedProcess(self.args, self.returncode, self._out.read_text(errors="replace"),
+                                           self._err.read_text(errors="replace"))

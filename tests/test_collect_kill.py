@@ -1,4 +1,4 @@
-"""SIGKILL the iNaturalist collector (a real `curate collect inat` subprocess) at random points,
+"""SIGKILL the iNaturalist collector (a real `curate collect inat` process) at random points,
 run it again, and check the result equals an uninterrupted run's: same rows, same quarantine,
 no stray files, nothing downloaded twice (beyond the few downloads in flight at each kill).
 
@@ -6,9 +6,12 @@ And, for every collector that keeps a journal (iNaturalist, its ``--fill``, fold
 kill at each commit boundary (issue 45): each run is SIGKILLed the moment it replaces
 ``samples.parquet`` (before the journal and the change log hear of it), the same command again,
 until a run finishes; the folder must equal an uninterrupted run's, with an ``add`` record in
-``changes.jsonl`` for every row and no temporary file left beside it. Those runs are processes forked
-from a zygote that has imported the collectors (tests/cli_zygote.py: 52 -> 27 s of CPU for the seven
-tests, measured), each killed by a real SIGKILL."""
+``changes.jsonl`` for every row and no temporary file left beside it.
+
+Every run is a process of its own, forked from a zygote that has imported the collectors
+(tests/cli_zygote.py), and each kill a real SIGKILL. Measured against a fresh interpreter per run
+(2 cores, 2026-11-29): the seven kill-at-each-commit tests 52 -> 27 s of CPU, the three random-kill
+tests 29 -> 18."""
 from __future__ import annotations
 
 import json
@@ -71,8 +74,7 @@ def journal_lines(root: Path) -> int:
 
 
 def run_to_end(root: Path, api_url: str) -> None:
-    result = subprocess.run(command(root, api_url), env=env(), capture_output=True, text=True, timeout=120,
-                            check=False)
+    result = curate(command(root, api_url)[3:])
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -87,15 +89,15 @@ def kill_and_resume(tmp_path: Path, kills: int, seed: int) -> None:
             if killed >= kills:
                 break
             before = journal_lines(root)
-            proc = subprocess.Popen(command(root, srv.api_url), env=env(), stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.DEVNULL)
+            args = command(root, srv.api_url)[3:]
+            proc = _zygote(args).start(args, Path.cwd(), env())
             wanted = before + rng.randint(1, 14)  # a random point: after some journal progress...
             deadline = time.monotonic() + 60
             while proc.poll() is None and journal_lines(root) < wanted and time.monotonic() < deadline:
                 time.sleep(0.005)
             time.sleep(rng.uniform(0.0, 0.25))  # ...plus a random delay (mid-download, mid-commit)
             if proc.poll() is None:
-                proc.send_signal(signal.SIGKILL)
+                proc.kill()  # SIGKILL
                 killed += 1
             proc.wait(timeout=30)
         assert killed >= 1
@@ -152,14 +154,19 @@ def _close_zygotes():
 def curate(args: list[str], *, kill_root: Path | None = None) -> subprocess.CompletedProcess:
     """``curate ARGS`` in a process of its own (killed at its first commit to ``kill_root`` when given),
     forked from a zygote that imported the collectors (tests/cli_zygote.py; one per environment)."""
+    runtime = {"KILL_ROOT": str(kill_root)} if kill_root else {}  # read when a commit happens, not at import
+    return _zygote(args).run(args, Path.cwd(), env(), timeout=120, runtime_env=runtime,
+                             code=KILL_AT_COMMIT if kill_root else None)
+
+
+def _zygote(args: list[str]) -> Zygote:
+    """The module's zygote for ``curate ARGS`` in this environment (started at the first use)."""
     preload = (*COLLECTORS, "fiftyone") if args[:2] == ["collect", "fiftyone"] else COLLECTORS
     run_env = env()
     key = (tuple(sorted(run_env.items())), preload)
     if key not in _ZYGOTES:
         _ZYGOTES[key] = Zygote(run_env, REPO, preload=preload)
-    runtime = {"KILL_ROOT": str(kill_root)} if kill_root else {}  # read when a commit happens, not at import
-    return _ZYGOTES[key].run(args, Path.cwd(), run_env, timeout=120, runtime_env=runtime,
-                             code=KILL_AT_COMMIT if kill_root else None)
+    return _ZYGOTES[key]
 
 
 def kill_at_each_commit(args: list[str], root: Path, max_runs: int = 40) -> int:
