@@ -18,7 +18,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 from eval_helpers import CLASSES, make_folder, saved_tiny_vit
-from ray_helpers import RayHead
+from ray_helpers import KEEP_IDLE_WORKERS, RayHead
 
 from curate.models import ModelSpec, load_model
 
@@ -46,7 +46,7 @@ def cluster(tmp_path_factory, user_head):
     kill_flag = tmp_path_factory.mktemp("faults") / "kill-once"
     # address="local", as the engine's own ray_session: a new instance, never the head beside it
     ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024 * 1024,
-             log_to_driver=False)
+             log_to_driver=False, _system_config=KEEP_IDLE_WORKERS)
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the fault-injecting model below
     yield kill_flag
     if ray.is_initialized():

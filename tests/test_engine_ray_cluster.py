@@ -29,6 +29,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from eval_helpers import make_folder, saved_tiny_vit
+from ray_helpers import KEEP_IDLE_WORKERS
 
 from curate.models import load_model
 
@@ -57,7 +58,8 @@ def cluster():
     address_file = Path(get_ray_address_file(None))
     saved = address_file.read_text() if address_file.exists() else None
     c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False,
-                                                      "object_store_memory": STORE_MB, "_system_config": HEALTH})
+                                                      "object_store_memory": STORE_MB,
+                                                      "_system_config": {**HEALTH, **KEEP_IDLE_WORKERS}})
     second = c.add_node(num_cpus=1, object_store_memory=STORE_MB)
     c.wait_for_nodes()
     ray.init(address=c.address, log_to_driver=False)
