@@ -32,6 +32,10 @@ __all__ = ["SCALES", "MIN_MODELS", "RobustnessFit", "fit_effective_robustness", 
 
 _EPS = 1e-4
 MIN_MODELS = 3
+#: The fit is undefined when the models' easy accuracies (on the fit's scale) spread less than this
+#: fraction of their size: a line through points that differ only by rounding (0.05 and
+#: 0.05000000000000001, found by the property test) is rounding, not a trend.
+MIN_RELATIVE_SPREAD = 1e-9
 SCALES = ("logit", "linear")
 
 EFFECTIVE_ROBUSTNESS_INFO = MetricInfo(
@@ -83,12 +87,14 @@ class RobustnessFit:
 
 
 def fit_effective_robustness(easy: np.ndarray, hard: np.ndarray, scale: str = "logit") -> RobustnessFit:
-    """Least-squares line through (s(easy), s(hard)) over the models with both accuracies finite."""
+    """Least-squares line through (s(easy), s(hard)) over the models with both accuracies finite;
+    undefined (NaN) below :data:`MIN_MODELS` models or when s(easy) does not spread
+    (:data:`MIN_RELATIVE_SPREAD`)."""
     _check_scale(scale)
     easy, hard = np.asarray(easy, dtype=np.float64), np.asarray(hard, dtype=np.float64)
     ok = np.isfinite(easy) & np.isfinite(hard)
     x, y = _forward(easy[ok], scale), _forward(hard[ok], scale)
-    if ok.sum() < MIN_MODELS or np.ptp(x) == 0:
+    if ok.sum() < MIN_MODELS or np.ptp(x) <= MIN_RELATIVE_SPREAD * max(1.0, float(np.abs(x).max())):
         return RobustnessFit(float("nan"), float("nan"), int(ok.sum()), scale)
     slope, intercept = np.polyfit(x, y, 1)
     return RobustnessFit(float(slope), float(intercept), int(ok.sum()), scale)
