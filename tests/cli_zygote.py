@@ -103,9 +103,11 @@ class Zygote:
     def __init__(self, env: dict[str, str], cwd: Path, *, preload: tuple[str, ...] = PRELOAD) -> None:
         self.env = dict(env)
         self._scratch = Path(tempfile.mkdtemp(prefix="curate-zygote-"))
-        self._process = subprocess.Popen([sys.executable, "-c", _SERVER, json.dumps(preload)], cwd=cwd, env=self.env,
-                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                         bufsize=0)  # unbuffered: select() sees every reply line
+        self._log = self._scratch / "zygote.err"  # its own errors (an import that failed), for the message below
+        with open(self._log, "wb") as log:
+            self._process = subprocess.Popen([sys.executable, "-c", _SERVER, json.dumps(preload)], cwd=cwd,
+                                             env=self.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                                             bufsize=0)  # unbuffered: select() sees every reply line
         self._count = 0
 
     def start(self, argv: list[str], cwd: Path, env: dict[str, str], *, runtime_env: dict[str, str] | None = None,
@@ -143,7 +145,8 @@ class Zygote:
             raise TimeoutError(f"the zygote's child did not finish within {timeout} s")
         line = self._process.stdout.readline().decode()
         if not line:
-            raise RuntimeError(f"the zygote exited (status {self._process.poll()})")
+            raise RuntimeError(f"the zygote exited (status {self._process.wait(timeout=30)}); its stderr ends:\n"
+                               f"{self._log.read_text(errors='replace')[-3000:]}")
         return line
 
     def close(self) -> None:
