@@ -126,6 +126,48 @@ def _reusable(weights: Path, key: str) -> bool:
     return meta.get("meta", {}).get("config_key") == key
 
 
+#: The evaluation world's folder in the demo's workdir.
+EVAL_WORLD = "world-eval"
+
+
+def _base_spec(settings: DemoSettings) -> WorldSpec:
+    return WorldSpec(classes=DEFAULT_CLASSES[: settings.num_classes], per_class=settings.per_class_train,
+                     image_size=settings.image_size, seed=settings.seed)
+
+
+def training_world_specs(settings: DemoSettings | None = None) -> dict[str, WorldSpec]:
+    """The two training worlds by label: ``p=0.9`` (the planted correlation) and ``uncorrelated``
+    (p = 1/B, seed + 1)."""
+    settings = settings or DemoSettings()
+    base = _base_spec(settings)
+    return {f"p={settings.p:g}": replace(base, p=settings.p),
+            "uncorrelated": replace(base, p=base.uncorrelated_p, seed=settings.seed + 1)}
+
+
+def eval_world_spec(settings: DemoSettings | None = None) -> WorldSpec:
+    """The evaluation world: uncorrelated (p = 1/B), ``per_class_eval`` images a class, seed + 1000."""
+    settings = settings or DemoSettings()
+    base = _base_spec(settings)
+    return replace(base, p=base.uncorrelated_p, per_class=settings.per_class_eval, seed=settings.seed + 1000)
+
+
+def world_folder(label: str) -> str:
+    """The folder name of a training world in the workdir (``p=0.9`` -> ``world-p0.9``)."""
+    return f"world-{label.replace('=', '')}"
+
+
+def build_demo_worlds(workdir: Path, settings: DemoSettings | None = None) -> list[Path]:
+    """Step 1 alone: the evaluation world and the two training worlds in ``workdir``, each reused when
+    it exists with the same spec (as :func:`run_demo` does); returns their folders. No model is touched,
+    so the folders hold no path of ``workdir`` (the test suite copies them between its workers)."""
+    workdir = Path(workdir)
+    specs = {EVAL_WORLD: eval_world_spec(settings)}
+    specs.update({world_folder(label): spec for label, spec in training_world_specs(settings).items()})
+    for name, spec in specs.items():
+        _world(workdir / name, spec)
+    return [workdir / name for name in specs]
+
+
 def run_demo(
     workdir: Path,
     settings: DemoSettings | None = None,
@@ -139,19 +181,15 @@ def run_demo(
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     classes = DEFAULT_CLASSES[: settings.num_classes]
-    base = WorldSpec(classes=classes, per_class=settings.per_class_train, image_size=settings.image_size, seed=settings.seed)
-    worlds = {
-        f"p={settings.p:g}": replace(base, p=settings.p),
-        "uncorrelated": replace(base, p=base.uncorrelated_p, seed=settings.seed + 1),
-    }
-    eval_spec = replace(base, p=base.uncorrelated_p, per_class=settings.per_class_eval, seed=settings.seed + 1000)
+    worlds = training_world_specs(settings)
+    eval_spec = eval_world_spec(settings)
 
     say = on_stage or (lambda message: logger.info(message))
     say(f"evaluation world: {len(classes)} classes x {eval_spec.per_class}, uncorrelated (p = {eval_spec.p:.3f})")
-    eval_ds = _world(workdir / "world-eval", eval_spec)
+    eval_ds = _world(workdir / EVAL_WORLD, eval_spec)
     jobs: list[dict] = []
     for label, spec in worlds.items():
-        folder = workdir / f"world-{label.replace('=', '')}"
+        folder = workdir / world_folder(label)
         weights = workdir / "models" / f"reference-{label.replace('=', '')}.pt"
         say(f"training world {label}: {len(classes)} classes x {spec.per_class}, p = {spec.p:.3f}")
         ds = _world(folder, spec)
@@ -190,7 +228,7 @@ def run_full_demo(workdir: Path, settings: DemoSettings | None = None, **callbac
     from curate.stages import label_backgrounds as background_stage
     from curate.stages import split as split_stage
 
-    eval_root = workdir / "world-eval"
+    eval_root = workdir / EVAL_WORLD
     reference = next(row for row in shortcut if row.p > 0.5)
     measured = background_stage.label_backgrounds(eval_root, ModelSpec("auto", str(reference.weights)),
                                                   background_stage.LabelBackgroundsSettings(measure=True))
@@ -317,7 +355,7 @@ def _lvlm_rows(workdir: Path, eval_ds, shortcut: list[DemoRow], world_labels: Pa
     base = workdir / "models" / "tiny-llava-base"
     if not (base / "config.json").is_file():
         build_tiny_llava(base, seed=0, image_size=32)
-    world = Dataset.open(workdir / f"world-{row.world.replace('=', '')}")
+    world = Dataset.open(workdir / world_folder(row.world))
     result, reused = finetune_on_world(base, world, workdir / "models" / f"tiny-llava-{row.world.replace('=', '')}",
                                        LlavaTrainConfig(**LVLM_TRAIN))
     say(f"tiny LLaVA fine-tuned on the {row.world} world: " + (f"reused {result.path}" if reused else
@@ -363,7 +401,7 @@ def _mask_proposals(workdir: Path, say) -> str:
         meta.write_text(json.dumps({**record, "demo_key": key}, indent=2))
         say(f"tiny CLIPSeg fine-tuned on {len(ids)} images of the p=0.9 world: {MASK_TRAIN['steps']} steps in "
             f"{trained.seconds:.0f} s, loss {trained.losses[0]:.3f} -> {trained.losses[-1]:.3f}")
-    root = workdir / "world-eval"
+    root = workdir / EVAL_WORLD
     record = propose_masks(root, f"clipseg:{folder}", ProposeMasksSettings(device="cpu", batch_size=64),
                            run_name="demo-masks", overwrite=True)
     measurement, _ = measure_masks(root, record)
@@ -399,7 +437,7 @@ def _interventions(workdir: Path, shortcut: list[DemoRow], say) -> tuple[list[di
                      run_name=f"eval-{row.world.replace('=', '')}", overwrite=True)
         return attribution(folder, None, AttributionSettings(), run_name="attribution", overwrite=True)
 
-    made = intervene(workdir / "world-eval", base / "eval-world", InterveneSettings(split="split-demo"))
+    made = intervene(workdir / EVAL_WORLD, base / "eval-world", InterveneSettings(split="split-demo"))
     say(f"interventions on the split evaluation world: {made.counts['sources']} masked photos -> "
         f"{made.counts['images']} images ({len(made.variant_counts())} variants)")
     for model in score(base / "eval-world", shortcut).models:

@@ -229,17 +229,21 @@ def demo_dir(tmp_path_factory) -> Path:
     fidelity, attribution worlds, the demo's own test).
 
     In ``$CURATE_DEMO_WORKDIR`` if set, else a fresh folder per session (per xdist worker). The three
-    tiny CLIPs (about 2 minutes of training) come from the model cache (tests/model_cache.py): trained
-    once per clone and recipe, the first worker to ask trains them while another waits and copies
-    them; the worlds are generated here (seconds) and ``run_demo`` reuses the copied weights.
+    tiny CLIPs (about 2 minutes of training) and the three worlds they train on (about 28 s of CPU)
+    come from the model cache (tests/model_cache.py): made once per clone and recipe, the first worker
+    to ask makes them while another waits and copies them; ``run_demo`` reuses both.
     """
     import shutil
 
-    from model_cache import demo_models
+    from model_cache import demo_models, demo_worlds
 
-    from curate.demo import run_demo
+    from curate.demo import build_demo_worlds, run_demo
 
     workdir = Path(os.environ.get("CURATE_DEMO_WORKDIR") or tmp_path_factory.mktemp("demo"))
+    worlds = demo_worlds(build_demo_worlds)
+    for world in sorted(p for p in worlds.iterdir() if p.is_dir()):
+        if not (workdir / world.name).exists():  # a reused $CURATE_DEMO_WORKDIR keeps its own (run_demo checks them)
+            shutil.copytree(world, workdir / world.name, ignore=shutil.ignore_patterns(".tmp", ".curate.lock*"))
 
     def train(folder: Path) -> None:
         run_demo(workdir)
