@@ -69,10 +69,11 @@ lint: $(STAMP)
 # 414 s wall / 75 s CPU (load ~22), -n 2 361 s / 88 s (load ~21); serial 575 s / 80 s (load ~17), -n 2
 # 269 s / 90 s (load ~12). Two workers cost 12-18% more CPU (each imports torch and collects) and paid in
 # wall both times; the suite is CPU-bound on one thread (24 min user CPU for 23.5 min of serial pytest).
-# The whole suite from a fresh clone of 8fdb668, quiet 2-core (2026-11-29): 12 min 3 s of pytest, 13 min 13 s
-# with install, services and lint (1,121 s user CPU); the two workers finished 12 s apart and the run is
-# CPU-bound (tests/timeline.py; vmstat: 7.7 % idle; docs/results.md). This machine's speed moves by about a
-# tenth within an hour: the same code as 3e1d5e7 took 14 min 22 s, then 16 min 10 s twice. Serial, 22 min 48 s
+# The whole suite from a fresh clone of 058b4a4, quiet 2-core (2026-11-29): 11 min 55 s of pytest, 13 min 17 s
+# with install, services and lint (1,111 s user CPU); the two workers finished 9 s apart and the run is
+# CPU-bound (tests/timeline.py; vmstat: 7.7 % idle, most of it while the main install ends and pytest starts;
+# docs/results.md). CI's machine took 14 min 6 s at a5315ab (13 min 48 s here). This machine's speed moves by
+# about a tenth within an hour: the same code as 3e1d5e7 took 14 min 22 s, then 16 min 10 s twice. Serial, 22 min 48 s
 # of pytest at 3d9af46.
 # Not for test-fast: there -n 2 took 48-50 s CPU against 28-31 s, and more wall (238 / 195 s vs 135 / 188 s).
 TEST_WORKERS ?= 2
