@@ -39,6 +39,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import numpy as np
 from PIL import Image
+from quiet_http import QuietHTTPServer
 
 LICENSE_CYCLE = ["cc-by", "cc-by-nc", "cc0", "cc-by-nd", "cc-by-nc", None, "cc-by-sa", "cc-by"]
 PHOTO_SIZES = {"square": 75, "small": 120, "medium": 160, "large": 256, "original": 320}
@@ -288,18 +289,6 @@ def photo_jpeg(content_seed: int, size: str = "medium", background: str | None =
     return buffer.getvalue()
 
 
-class _QuietServer(ThreadingHTTPServer):
-    """A threading server that does not print tracebacks when a (killed) client drops a connection."""
-
-    daemon_threads = True
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        import sys
-
-        if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
-            super().handle_error(request, client_address)
-
-
 class FakeINat:
     """The server (see the module docstring). Use as a context manager; ``api_url`` is the v1 base."""
 
@@ -333,7 +322,7 @@ class FakeINat:
 
     def start(self) -> None:
         handler = type("Handler", (_Handler,), {"fake": self})
-        self._server = _QuietServer(("127.0.0.1", 0), handler)
+        self._server = QuietHTTPServer(("127.0.0.1", 0), handler)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
 
@@ -554,7 +543,7 @@ class FileServer:
 
     def __enter__(self) -> FileServer:
         handler = type("FileHandler", (_FileHandler,), {"server_state": self})
-        self._server = _QuietServer(("127.0.0.1", 0), handler)
+        self._server = QuietHTTPServer(("127.0.0.1", 0), handler)
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
         return self
 

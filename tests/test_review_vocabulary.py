@@ -368,6 +368,35 @@ def test_media_server_serves_only_media_and_masks(world) -> None:
         server.server_close()
 
 
+def test_media_server_logs_a_dropped_connection_without_a_traceback(world, capfd, caplog) -> None:
+    """A browser that closes its tab resets its connections mid-request: socketserver's default printed
+    a ConnectionResetError traceback on the user's terminal (seen in a CI log from a stand-in server)."""
+    import logging
+    import socket
+    import struct
+    import threading
+    import time
+
+    from curate.review.labelstudio import media_server
+
+    server = media_server(world.root, port=0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    caplog.set_level(logging.DEBUG, logger="curate.review.labelstudio")
+    try:
+        client = socket.create_connection(("127.0.0.1", server.server_address[1]))
+        client.sendall(b"GET /media/")  # half a request line, then a reset (RST, not FIN)
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        client.close()
+        deadline = time.monotonic() + 10
+        while "dropped the connection" not in caplog.text and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert "dropped the connection (" in caplog.text and "Connection reset" in caplog.text
+    assert "Traceback" not in capfd.readouterr().err
+
+
 def test_snapshot_is_plain_json_without_secrets(world) -> None:
     snap = _snapshot(world)
     data = json.loads(snap.path.read_text())

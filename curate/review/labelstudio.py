@@ -719,7 +719,19 @@ def media_server(root: str | Path, *, port: int = 0, address: str = "127.0.0.1")
         def log_message(self, format: str, *args: Any) -> None:
             log.debug("media server: " + format, *args)
 
-    return ThreadingHTTPServer((address, port), functools.partial(Handler, directory=str(base)))
+    class Server(ThreadingHTTPServer):
+        def handle_error(self, request: Any, client_address: Any) -> None:
+            """A browser that closes a tab or moves on resets its connections: a line in the debug log,
+            not socketserver's traceback on the user's terminal; any other error keeps its traceback."""
+            import sys
+
+            error = sys.exc_info()[1]
+            if isinstance(error, (ConnectionError, TimeoutError)):
+                log.debug("media server: %s dropped the connection (%s)", client_address[0], error)
+                return
+            super().handle_error(request, client_address)
+
+    return Server((address, port), functools.partial(Handler, directory=str(base)))
 
 
 # ---------------------------------------------------------------------------------------------
