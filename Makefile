@@ -69,8 +69,8 @@ lint: $(STAMP)
 # 414 s wall / 75 s CPU (load ~22), -n 2 361 s / 88 s (load ~21); serial 575 s / 80 s (load ~17), -n 2
 # 269 s / 90 s (load ~12). Two workers cost 12-18% more CPU (each imports torch and collects) and paid in
 # wall both times; the suite is CPU-bound on one thread (24 min user CPU for 23.5 min of serial pytest).
-# The whole suite from a fresh clone of 058b4a4, quiet 2-core (2026-11-29): 11 min 55 s of pytest, 13 min 17 s
-# with install, services and lint (1,111 s user CPU); the two workers finished 9 s apart and the run is
+# The whole suite from a fresh clone of fe7e320, quiet 2-core (2026-11-29): 11 min 59 s of pytest, 13 min 16 s
+# with install, services and lint (1,084 s user CPU); the two workers finished 7 s apart and the run is
 # CPU-bound (tests/timeline.py; vmstat: 7.7 % idle, most of it while the main install ends and pytest starts;
 # docs/results.md). CI's machine took 14 min 6 s at a5315ab (13 min 48 s here). This machine's speed moves by
 # about a tenth within an hour: the same code as 3e1d5e7 took 14 min 22 s, then 16 min 10 s twice. Serial, 22 min 48 s
@@ -85,8 +85,8 @@ test:
 # The fast tier, for the edit loop: the formula-level and small CLI tests of every module, listed in
 # tests/fast_tier.txt (every test module is classified there; tests/conftest.py's --fast runs the
 # list and does not import the other modules). Not a substitute for `make test` before a commit.
-# Measured (`/usr/bin/time -v make test-fast`, 2 cores, load average ~2 from other jobs): 560 tests in
-# 36 s wall, 29 s CPU (26 s user, 3 s system); at load ~14 it took 3 min 18 s wall. Selected: the
+# Measured (`/usr/bin/time make test-fast` in a fresh clone of c2c7c6c, install made, quiet 2-core,
+# 2026-11-29): 632 tests in 25 s wall (19.5 s user + 2.6 s system CPU); at load ~14 it took 3 min 18 s wall. Selected: the
 # tests (all their parametrizations together) under 0.7 s each in a run at load ~14.
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider --fast --durations=10 tests
