@@ -229,7 +229,7 @@ def demo_dir(tmp_path_factory) -> Path:
     fidelity, attribution worlds, the demo's own test).
 
     In ``$CURATE_DEMO_WORKDIR`` if set, else a fresh folder per session (per xdist worker). The three
-    tiny CLIPs (about 2 minutes of training) and the three worlds they train on (about 28 s of CPU)
+    tiny CLIPs (about 2 minutes of training) and the three worlds they train on (about 14 s of CPU)
     come from the model cache (tests/model_cache.py): made once per clone and recipe, the first worker
     to ask makes them while another waits and copies them; ``run_demo`` reuses both.
     """

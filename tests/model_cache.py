@@ -109,7 +109,7 @@ def demo_models(build: Callable[[Path], None]) -> Path:
 
 def demo_worlds(build: Callable[[Path], None]) -> Path:
     """The folder of the demo's three worlds before any training (``curate.demo.build_demo_worlds``:
-    ``world-eval``, ``world-p0.9``, ``world-uncorrelated``; 7,200 images and masks, about 28 s of CPU),
+    ``world-eval``, ``world-p0.9``, ``world-uncorrelated``; 7,200 images and masks, about 14 s of CPU),
     cached under the demo's settings and the code that generates and stores them, so that the second
     xdist worker copies them instead of generating them again. ``build(folder)`` generates them in
     ``folder``. The folders hold no absolute path (datasets are portable; the training's provenance

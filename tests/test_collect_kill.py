@@ -20,7 +20,6 @@ import random
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -52,8 +51,9 @@ def server() -> FakeINat:
                     photo_delay=0.12, api_delay=0.05)
 
 
-def command(root: Path, api_url: str) -> list[str]:
-    return [sys.executable, "-m", "curate.cli", "collect", "inat", str(root), "--classes", "9,10,16",
+def inat_args(root: Path, api_url: str) -> list[str]:
+    """The arguments of the `curate collect inat` run these tests kill and resume."""
+    return ["collect", "inat", str(root), "--classes", "9,10,16",
             "--taxon", "16=Pycnonotidae", "--per-class", "9", "--per-page", "4", "--api-url", api_url,
             "--api-rate", "none", "--download-rate", "none", "--byte-rate", "none",
             "--concurrency", str(CONCURRENCY), "--retry-backoff", "0.01", "--timeout", "10"]
@@ -74,7 +74,7 @@ def journal_lines(root: Path) -> int:
 
 
 def run_to_end(root: Path, api_url: str) -> None:
-    result = curate(command(root, api_url)[3:])
+    result = curate(inat_args(root, api_url))
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -89,7 +89,7 @@ def kill_and_resume(tmp_path: Path, kills: int, seed: int) -> None:
             if killed >= kills:
                 break
             before = journal_lines(root)
-            args = command(root, srv.api_url)[3:]
+            args = inat_args(root, srv.api_url)
             proc = _zygote(args).start(args, Path.cwd(), env())
             wanted = before + rng.randint(1, 14)  # a random point: after some journal progress...
             deadline = time.monotonic() + 60
@@ -213,7 +213,7 @@ def compare_killed(tmp_path: Path, args_for, prepare=None, commits: int = 2) -> 
 def test_inat_killed_at_each_commit_equals_uninterrupted(tmp_path: Path) -> None:
     with FakeINat(make_world(n_per_taxon=14), photo_faults=faults()) as srv:
         def args(root: Path) -> list[str]:
-            args = command(root, srv.api_url)[3:]
+            args = inat_args(root, srv.api_url)
             args[args.index("--per-page") + 1] = "10"  # fewer commits: one a page
             return args
         compare_killed(tmp_path, args)
